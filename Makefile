@@ -1,0 +1,63 @@
+# The course's commands. `make book` and `make test` are the two README promises.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Quiet TensorFlow in every process started from here (kernels inherit it).
+export TF_CPP_MIN_LOG_LEVEL := 3
+export TF_ENABLE_ONEDNN_OPTS := 0
+export KERAS_BACKEND := tensorflow
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: help venv book book-clean test test-fast lint serve lab constraints clean
+
+help:
+	@echo "make book   - create .venv if missing, build the executed book into _build/html"
+	@echo "make test   - create .venv if missing, run the whole test suite"
+	@echo "make serve  - serve the built site on http://localhost:8000"
+	@echo "make lab    - open the course in JupyterLab"
+	@echo "make lint   - ruff"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --no-deps -e .
+	touch $@
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo
+	@echo "The site is in _build/html. View it with:"
+	@echo "    $(BIN)/python -m http.server -d _build/html 8000   # then open http://localhost:8000"
+
+book-clean:
+	rm -rf _build
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not book"
+
+lint: $(STAMP)
+	$(BIN)/ruff check attncourse tests book/_ext
+
+serve:
+	$(BIN)/python -m http.server -d _build/html 8000
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab
+
+constraints: $(STAMP)
+	{ echo "# Full resolved environment tested by CI (pip freeze, Python 3.11, linux x86_64)."; \
+	  echo "# Regenerate with: make constraints"; \
+	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

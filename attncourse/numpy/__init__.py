@@ -1,0 +1,25 @@
+"""NumPy reference implementations (float64 by default; no autograd).
+
+Same names and signatures as the sibling modules ``attncourse.numpy``,
+``attncourse.tf`` and ``attncourse.torch``; see ``attncourse`` for the
+shape and mask conventions.
+"""
+
+import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
+
+from .masking import *  # noqa: F401,F403
+from .scoring import *  # noqa: F401,F403
+from .pooling import *  # noqa: F401,F403
+from .layers import *  # noqa: F401,F403
+from .multihead import *  # noqa: F401,F403
+from .positional import *  # noqa: F401,F403
+from .seq2seq import *  # noqa: F401,F403
+from .weights import *  # noqa: F401,F403
+from . import masking, multihead, pooling, positional, scoring, seq2seq, layers, weights
+
+__all__ = sorted(
+    set().union(
+        *(m.__all__ for m in (masking, scoring, pooling, layers, multihead,
+                              positional, seq2seq, weights))
+    )
+)
