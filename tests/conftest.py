@@ -4,9 +4,10 @@ Parity tests compare float32 TensorFlow / PyTorch results with the float64 NumPy
 reference at ``ATOL``/``RTOL``; inputs are drawn from a seeded generator.
 """
 
-import attncourse  # noqa: F401  (quiet TF before it is imported)
 import numpy as np
 import pytest
+
+import attncourse  # noqa: F401  (quiet TF before it is imported)
 
 ATOL = 1e-5
 RTOL = 1e-5
@@ -50,3 +51,6 @@ def assert_close(actual, expected, atol=ATOL, rtol=RTOL, what=""):
         to_np(actual).astype(np.float64), to_np(expected).astype(np.float64),
         atol=atol, rtol=rtol, err_msg=what,
     )
+
+
+from book_site import site  # noqa: E402,F401  (session fixture: the built book)

@@ -2,10 +2,11 @@
 
 import inspect
 
+import pytest
+
 import attncourse.numpy as anp
 import attncourse.tf as atf
 import attncourse.torch as atorch
-import pytest
 
 MODULES = {"numpy": anp, "tf": atf, "torch": atorch}
 

@@ -5,46 +5,17 @@ notebook runs. It is the slowest test; `make test-fast` skips it.
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from book_helpers import FRAMEWORK_TAGS, chapters, code_cells, source_path
 from bs4 import BeautifulSoup
-
-from book_helpers import FRAMEWORK_TAGS, ROOT, chapters, code_cells, source_path
 
 pytestmark = pytest.mark.book
 
 EXTERNAL = re.compile(r"^(https?:)?//", re.I)
-
-
-@pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    out = Path(os.environ.get("BOOK_TEST_OUTPUT") or tmp_path_factory.mktemp("book"))
-    jb = Path(sys.executable).with_name("jupyter-book")
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
-         "--keep-going"],
-        capture_output=True, text=True,
-    )
-    seconds = time.perf_counter() - start
-    html = out / "_build" / "html"
-    if proc.returncode != 0:
-        reports = sorted((out / "_build" / "html" / "reports").rglob("*.err.log"))
-        details = "\n".join(p.read_text()[-3000:] for p in reports)
-        pytest.fail(
-            f"book build failed (exit {proc.returncode}) after {seconds:.0f}s\n"
-            f"{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n{details}"
-        )
-    (html.parent / "build-seconds.txt").write_text(f"{seconds:.1f}\n")
-    print(f"\nclean book build with execution: {seconds:.1f} s")
-    return html
 
 
 def pages(site: Path) -> list[Path]:
@@ -122,7 +93,8 @@ def test_mathjax_is_served_locally(site):
 def test_framework_tabs_hold_code_and_outputs(site, doc):
     page = soup(site / f"{doc}.html")
     tab_sets = page.select("div.sd-tab-set.framework-tabs")
-    tagged = [t for t, _ in code_cells(source_path(doc)) if set(t) & set(FRAMEWORK_TAGS)]
+    cells = code_cells(source_path(doc))
+    tagged = [t for t, _ in cells if set(t) & set(FRAMEWORK_TAGS)]
     if not tagged:
         pytest.skip(f"{doc} has no framework cells")
     assert tab_sets, f"{doc}: tagged cells but no tab set in the HTML"

@@ -4,9 +4,7 @@ import ast
 import json
 import subprocess
 
-import attncourse.numpy as anp
 import pytest
-
 from book_helpers import (
     FRAMEWORK_TAGS,
     ROOT,
@@ -16,6 +14,8 @@ from book_helpers import (
     source_path,
     toc_files,
 )
+
+import attncourse.numpy as anp
 
 
 def test_toc_names_existing_files():
