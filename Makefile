@@ -10,7 +10,6 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: help venv book book-clean test test-fast lint serve lab constraints clean
 
@@ -27,10 +26,11 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install --no-deps -e .
+	$(BIN)/python -m pip install --no-deps -e . --config-settings editable_mode=compat
 	touch $@
 
 book: $(STAMP)
+	$(BIN)/python book/_ext/execute_parallel.py
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The site is in _build/html. View it with:"

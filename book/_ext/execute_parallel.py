@@ -1,0 +1,81 @@
+"""Execute the book's notebooks in parallel into Jupyter Book's execution cache.
+
+Jupyter Book 1 (myst-nb, ``execute_notebooks: cache``) executes notebooks one at a
+time while Sphinx reads them. Run this first and every chapter that changed is
+executed by jupyter-cache's multiprocessing executor (one process per CPU core);
+the Sphinx build then finds each notebook in the cache and executes nothing.
+Unchanged chapters are cache hits here too, so a warm run costs only the hashing.
+
+    python book/_ext/execute_parallel.py [--path-output DIR] [--toc FILE] [--timeout S]
+
+Exits non-zero, printing each failing notebook's traceback, if any chapter fails.
+"""
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from jupyter_cache import get_cache
+from jupyter_cache.executors import load_executor
+
+ROOT = Path(__file__).resolve().parents[2]
+READER = {"type": "plugin", "name": "myst_nb_md"}  # how myst-nb registers .md files
+
+
+def toc_documents(root: Path, toc_file: Path) -> list[Path]:
+    toc = yaml.safe_load(toc_file.read_text())
+    names = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                names.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [root / f"{name}.md" for name in names if (root / f"{name}.md").exists()]
+
+
+def is_notebook(path: Path) -> bool:
+    head = path.read_text().split("\n---\n", 1)[0]
+    return path.read_text().startswith("---\n") and "kernelspec:" in head
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path-output", type=Path, default=ROOT,
+                        help="the folder jupyter-book builds into (its _build/)")
+    parser.add_argument("--toc", type=Path, default=ROOT / "_toc.yml")
+    parser.add_argument("--timeout", type=int, default=300)
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logger = logging.getLogger("execute_parallel")
+    cache = get_cache(str(args.path_output / "_build" / ".jupyter_cache"))
+    notebooks = [p for p in toc_documents(ROOT, args.toc) if is_notebook(p)]
+    for path in notebooks:
+        cache.add_nb_to_project(str(path), read_data=READER)
+    start = time.perf_counter()
+    result = load_executor("local-parallel", cache, logger=logger).run_and_cache(
+        filter_uris=[str(p) for p in notebooks], timeout=args.timeout,
+        allow_errors=False,
+    )
+    seconds = time.perf_counter() - start
+    print(f"executed {len(result.succeeded)} notebook(s) in {seconds:.1f} s; "
+          f"{len(notebooks) - len(result.all())} already cached")
+    failed = result.excepted + result.errored
+    for uri in failed:
+        record = cache.get_project_record(uri)
+        print(f"\n=== FAILED: {uri}\n{record.traceback or '(no traceback)'}",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
