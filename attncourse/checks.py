@@ -250,3 +250,178 @@ def check_sequence(name: str, shape: Shape, dim_name: str, dim: int | None) -> N
     check_rank(name, shape, 3, f"(batch, seq_len, {dim_name})")
     if dim is not None:
         check_features(name, shape, dim_name, dim)
+
+
+# --- added for multi-head attention, positional encoding and seq2seq --------
+
+MHA_WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
+MHA_BIASES = ("b_q", "b_k", "b_v", "b_o")
+
+
+def check_positive(name: str, value) -> None:
+    """Raise unless ``value`` is an int >= 1 (a size such as d_model)."""
+    check_count(name, value)
+    if int(value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {int(value)}")
+
+
+def check_shape(name: str, shape: Shape, expected: Shape, layout: str) -> None:
+    """Raise ValueError unless ``shape == expected``; ``layout`` names the axes."""
+    if tuple(shape) != tuple(expected):
+        raise ValueError(
+            f"{name} must have shape {layout} = {tuple(expected)}, got {tuple(shape)}"
+        )
+
+
+def check_input_features(name: str, shape: Shape, weight: str,
+                         weight_shape: Shape) -> None:
+    """x @ W needs x.shape[-1] == W.shape[0]; say which input and weight differ."""
+    if shape[-1] != weight_shape[0]:
+        raise ValueError(
+            f"{name} of shape {shape} have {shape[-1]} features, but {weight} of "
+            f"shape {weight_shape} expects {weight_shape[0]} (x @ W needs "
+            f"x.shape[-1] == W.shape[0])"
+        )
+
+
+def check_mha_params(shapes: dict, queries: Shape, keys: Shape, values: Shape,
+                     num_heads: int) -> tuple[int, int]:
+    """Validate multi-head attention weights (given by shape) against the inputs.
+
+    ``shapes`` maps W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
+    d_model), W_o (d_model, d_out) and the optional biases b_q, b_k, b_v
+    (d_model,) and b_o (d_out,) to their shapes. Returns (d_model, d_out).
+    """
+    missing = [k for k in MHA_WEIGHTS if k not in shapes]
+    unknown = sorted(set(shapes) - set(MHA_WEIGHTS) - set(MHA_BIASES))
+    if missing or unknown:
+        raise ValueError(
+            f"params must hold W_q, W_k, W_v, W_o and optionally b_q, b_k, b_v, "
+            f"b_o; missing {missing}, unknown {unknown}"
+        )
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        w = f"W_{name[0]}"
+        check_rank(w, shapes[w], 2, f"(d_{name[0]}_in, d_model)")
+        check_input_features(name, x, w, shapes[w])
+    d_model = shapes["W_q"][1]
+    check_weight("W_k", shapes["W_k"], (None, d_model))
+    check_weight("W_v", shapes["W_v"], (None, d_model))
+    check_weight("W_o", shapes["W_o"], (d_model, None))
+    check_heads(d_model, num_heads)
+    d_out = shapes["W_o"][1]
+    for b, size in zip(MHA_BIASES, (d_model, d_model, d_model, d_out), strict=True):
+        if b in shapes:
+            check_weight(b, shapes[b], (size,))
+    return d_model, d_out
+
+
+def check_input_dims(input_dims) -> tuple[int, int, int]:
+    """input_dims = (d_q_in, d_k_in, d_v_in): the feature sizes of the inputs."""
+    if input_dims is None:
+        raise ValueError(
+            "input_dims=(d_q_in, d_k_in, d_v_in) is required here: the weights "
+            "are created at construction (only the Keras layer can infer the "
+            "sizes from its first call); got input_dims=None"
+        )
+    if len(input_dims) != 3:
+        raise ValueError(
+            f"input_dims must be (d_q_in, d_k_in, d_v_in), got {input_dims}"
+        )
+    for name, d in zip(("d_q_in", "d_k_in", "d_v_in"), input_dims, strict=True):
+        check_positive(name, d)
+    return tuple(int(d) for d in input_dims)
+
+
+def check_positions(num_positions: int, max_len: int) -> None:
+    """A positional-encoding table of max_len rows covers sequences <= max_len."""
+    if num_positions > max_len:
+        raise ValueError(
+            f"sequence length {num_positions} exceeds max_len={max_len} of the "
+            f"positional encoding table; build it with max_len >= {num_positions}"
+        )
+
+
+ATTENTIONS = ("style1", "style2", "bahdanau", "luong_dot", "luong_general")
+
+
+def check_attention(attention: str, max_src_len) -> None:
+    """A known decoder attention type; style2 needs max_src_len."""
+    if attention not in ATTENTIONS:
+        raise ValueError(
+            f"unknown attention {attention!r}; choose one of {list(ATTENTIONS)}"
+        )
+    if attention == "style2" and max_src_len is None:
+        raise ValueError(
+            "attention='style2' has one weight per source position up to a fixed "
+            "maximum, so it needs max_src_len (the longest source it will see); "
+            "got max_src_len=None"
+        )
+    if max_src_len is not None:
+        check_positive("max_src_len", max_src_len)
+
+
+def check_src_len(src_len: int, max_src_len) -> None:
+    """style2 cannot attend beyond the max_src_len positions it was built for."""
+    if max_src_len is not None and src_len > max_src_len:
+        raise ValueError(
+            f"enc_outputs have {src_len} source positions, more than the "
+            f"decoder's max_src_len={max_src_len}"
+        )
+
+
+def check_tokens(name: str, x, layout: str, rank: int) -> None:
+    """Token ids: an integer tensor with ``rank`` axes ``layout``."""
+    dt = dtype_name(x)
+    if not (dt.startswith("int") or dt.startswith("uint")):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {dt}")
+    check_rank(name, shape_of(x), rank, layout)
+
+
+def check_src_mask(mask, enc_shape: Shape) -> None:
+    """src_mask: bool (batch, src_len), True = real token, pairs with enc_outputs."""
+    if dtype_name(mask) != "bool":
+        raise TypeError(
+            f"src_mask must be boolean with True = real token, got dtype "
+            f"{dtype_name(mask)}"
+        )
+    check_shape("src_mask", shape_of(mask), enc_shape[:2], "(batch, src_len)")
+
+
+def check_torch_mha_dims(d_q_in: int, d_model: int, d_out: int) -> None:
+    """torch.nn.MultiheadAttention ties the query, inner and output sizes."""
+    if not d_q_in == d_model == d_out:
+        raise ValueError(
+            f"torch.nn.MultiheadAttention needs d_q_in == d_model == d_out (its "
+            f"queries, projections and outputs all have embed_dim features; only "
+            f"keys and values may differ, via kdim and vdim), got d_q_in={d_q_in}, "
+            f"d_model={d_model}, d_out={d_out}"
+        )
+
+
+def check_mask_rank(shape: Shape, dtype: str) -> None:
+    """A bool attention mask with 1 to 4 axes ((batch, heads,) n_q, n_k)."""
+    if dtype != "bool":
+        raise TypeError(f"mask must be boolean with True = attend, got dtype {dtype}")
+    if not 1 <= len(shape) <= 4:
+        raise ValueError(
+            f"mask must have 1 to 4 axes, broadcastable to (batch, num_heads, "
+            f"n_q, n_k), got shape {shape}"
+        )
+
+
+def check_mask_heads(mask_heads: int, num_heads: int) -> None:
+    """A mask's head axis is 1 (shared) or num_heads."""
+    if mask_heads not in (1, num_heads):
+        raise ValueError(
+            f"mask has {mask_heads} entries on the head axis, but there are "
+            f"num_heads={num_heads} heads (use 1 to share the mask)"
+        )
+
+
+def check_shared_heads(mask4: Shape, api: str) -> None:
+    """APIs such as Keras MultiHeadAttention take one mask for all heads."""
+    if mask4[1] != 1:
+        raise ValueError(
+            f"{api} applies one mask to all heads, got a per-head mask "
+            f"(batch, heads, n_q, n_k) = {mask4}"
+        )

@@ -7,15 +7,15 @@ shape and mask conventions.
 
 import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
 
-from .masking import *  # noqa: F401,F403
-from .scoring import *  # noqa: F401,F403
-from .pooling import *  # noqa: F401,F403
+from . import layers, masking, multihead, pooling, positional, scoring, seq2seq, weights
 from .layers import *  # noqa: F401,F403
+from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
+from .pooling import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
 from .weights import *  # noqa: F401,F403
-from . import masking, multihead, pooling, positional, scoring, seq2seq, layers, weights
 
 __all__ = sorted(
     set().union(

@@ -1,0 +1,68 @@
+"""Boolean masks (True = attend) and the masked softmax, in NumPy.
+
+Masks broadcast, right-aligned, to the scores' shape (batch, num_queries,
+num_keys): a key padding mask is (batch, 1, num_keys), a causal mask
+(num_queries, num_keys).
+"""
+
+import numpy as np
+
+from attncourse import checks
+
+__all__ = ["causal_mask", "masked_softmax", "sequence_mask"]
+
+
+def sequence_mask(valid_lens, num_keys):
+    """Padding mask from sequence lengths: True where key index < valid length.
+
+    valid_lens: (batch,) -> mask (batch, 1, num_keys), one length per sequence;
+    valid_lens: (batch, num_queries) -> mask (batch, num_queries, num_keys),
+    one length per query.
+    """
+    valid_lens = np.asarray(valid_lens)
+    checks.check_valid_lens_rank(checks.shape_of(valid_lens))
+    checks.check_count("num_keys", num_keys)
+    if valid_lens.ndim == 1:
+        valid_lens = valid_lens[:, None]
+    return np.arange(num_keys) < valid_lens[..., None]
+
+
+def causal_mask(num_queries, num_keys=None):
+    """(num_queries, num_keys) bool mask, True where key j <= query i.
+
+    num_keys defaults to num_queries. Query i may attend to keys 0..i only
+    (the diagonal included), so no position sees the future.
+    """
+    num_keys = num_queries if num_keys is None else num_keys
+    checks.check_count("num_queries", num_queries)
+    checks.check_count("num_keys", num_keys)
+    return np.arange(num_keys)[None, :] <= np.arange(num_queries)[:, None]
+
+
+def masked_softmax(scores, mask=None):
+    """Softmax of scores (..., num_keys) over the last axis, ignoring masked keys.
+
+    scores: (batch, num_queries, num_keys) (any leading axes work); mask: bool,
+    True = attend, broadcastable to scores. Returns weights of the scores'
+    shape: non-negative, summing to 1 over the unmasked keys of each row, and
+    exactly 0 on masked keys.
+
+    A fully masked row gets all-zero weights (no NaN): masked scores are
+    filled with the most negative finite float, the softmax is taken, and the
+    result is multiplied by the mask. (Filling with -inf instead would give
+    0/0 = NaN for such rows.)
+    """
+    scores = np.asarray(scores)
+    checks.check_float("scores", scores)
+    if mask is None:
+        return _softmax(scores)
+    mask = np.asarray(mask)
+    checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
+                      checks.shape_of(scores))
+    filled = np.where(mask, scores, np.finfo(scores.dtype).min)
+    return _softmax(filled) * mask.astype(scores.dtype)
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)

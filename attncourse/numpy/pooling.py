@@ -1,0 +1,138 @@
+"""Attention pooling in NumPy: turn scores into weights, average the values.
+
+queries (batch, num_queries, d_q), keys (batch, num_keys, d_k), values
+(batch, num_keys, d_v) -> outputs (batch, num_queries, d_v) and weights
+(batch, num_queries, num_keys).
+"""
+
+import numpy as np
+
+from attncourse import checks
+
+from .masking import masked_softmax, sequence_mask
+from .scoring import dot_score, scaled_dot_score
+
+__all__ = [
+    "hard_attention",
+    "key_value_attention",
+    "scaled_dot_product_attention",
+    "soft_attention",
+]
+
+
+def _floats(**tensors):
+    """Arrays from the named inputs, checked to be floats of one dtype."""
+    arrays = {k: np.asarray(v) for k, v in tensors.items()}
+    for name, x in arrays.items():
+        checks.check_float(name, x)
+    checks.check_same_dtype(**arrays)
+    return tuple(arrays.values())
+
+
+def soft_attention(scores, values, mask=None):
+    """Soft attention from ready-made scores: the last two of the three steps.
+
+    1. scores (batch, num_queries, num_keys) -- computed by the caller;
+    2. weights = masked_softmax(scores, mask), mask bool (True = attend)
+       broadcastable to the scores;
+    3. outputs = weights @ values, values (batch, num_keys, d_v): each output
+       is a weighted average of the values.
+
+    Returns (outputs (batch, num_queries, d_v), weights). Fully masked rows get
+    zero weights and therefore zero outputs.
+    """
+    scores, values = _floats(scores=scores, values=values)
+    checks.check_scores_values(checks.shape_of(scores), checks.shape_of(values))
+    weights = masked_softmax(scores, mask)
+    return weights @ values, weights
+
+
+def _combine(mask, valid_lens, scores_shape):
+    """AND of an explicit mask and a sequence_mask from valid_lens (or None)."""
+    if mask is not None:
+        mask = np.asarray(mask)
+        checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
+                          scores_shape)
+    if valid_lens is None:
+        return mask
+    valid_lens = np.asarray(valid_lens)
+    checks.check_valid_lens(checks.shape_of(valid_lens), *scores_shape[:2])
+    lens_mask = sequence_mask(valid_lens, scores_shape[-1])
+    return lens_mask if mask is None else mask & lens_mask
+
+
+def scaled_dot_product_attention(queries, keys, values, mask=None,
+                                 valid_lens=None, scale=None):
+    """softmax(q k^T * scale) v, with masking.
+
+    queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
+    broadcastable to (b, nq, nk), True = attend; valid_lens (b,) or (b, nq)
+    masks keys at index >= length; both given -> combined with AND. scale
+    defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v), weights (b, nq, nk)).
+    """
+    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
+    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
+                     checks.shape_of(values), same_feature_size=True)
+    if scale is None:
+        scores = scaled_dot_score(queries, keys)
+    else:
+        scores = dot_score(queries, keys) * scale
+    mask = _combine(mask, valid_lens, checks.shape_of(scores))
+    return soft_attention(scores, values, mask)
+
+
+def key_value_attention(queries, keys, values, score_fn, mask=None,
+                        valid_lens=None):
+    """Attention with any score function: softmax(score_fn(q, k)) v.
+
+    queries (b, nq, d_q), keys (b, nk, d_k), values (b, nk, d_v);
+    score_fn(queries, keys) -> scores (b, nq, nk), e.g. a lambda around
+    additive_score with its weights. mask / valid_lens as in
+    scaled_dot_product_attention. Returns (outputs (b, nq, d_v), weights).
+
+    "Normal mode" is keys = values = X: the same vectors are compared with
+    the query and averaged (as in keras.layers.Attention without a key).
+    """
+    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
+    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
+                     checks.shape_of(values))
+    scores = np.asarray(score_fn(queries, keys))
+    expected = (values.shape[0], queries.shape[1], values.shape[1])
+    checks.check_scores_shape(checks.shape_of(scores), expected)
+    mask = _combine(mask, valid_lens, expected)
+    return soft_attention(scores, values, mask)
+
+
+def hard_attention(weights, values, mode="argmax", generator=None):
+    """Hard attention: each query takes ONE value instead of an average.
+
+    weights (b, nq, nk) non-negative (e.g. from masked_softmax), values
+    (b, nk, d_v). mode="argmax" picks the largest weight; mode="sample" draws
+    key j with probability weights[j] (Gumbel-max trick), using the explicit
+    np.random.Generator ``generator`` (required). Returns
+    (outputs (b, nq, d_v) -- the chosen values; indices (b, nq) int64;
+    log_probs (b, nq) -- log weight of the chosen key).
+
+    The choice is not differentiable: outputs carry no gradient to the
+    weights (in tf/torch), only log_probs does -- which is what REINFORCE
+    needs. Rows with all-zero weights (fully masked) give output 0, index 0
+    and log_prob 0.
+    """
+    checks.check_hard_mode(mode, generator is not None)
+    checks.check_generator(generator, np.random.Generator, "numpy.random.Generator")
+    weights, values = _floats(weights=weights, values=values)
+    checks.check_scores_values(checks.shape_of(weights), checks.shape_of(values))
+    positive = weights > 0
+    logw = np.log(np.where(positive, weights, 1))
+    if mode == "argmax":
+        indices = np.argmax(weights, axis=-1)
+    else:
+        u = generator.random(weights.shape)
+        gumbel = -np.log(-np.log(np.clip(u, 1e-300, None)))
+        indices = np.argmax(np.where(positive, logw + gumbel, -np.inf), axis=-1)
+    indices = indices.astype(np.int64)
+    valid = positive.any(axis=-1)
+    chosen = np.take_along_axis(values, indices[..., None], axis=1)
+    outputs = np.where(valid[..., None], chosen, 0).astype(values.dtype)
+    log_probs = np.take_along_axis(logw, indices[..., None], axis=-1)[..., 0]
+    return outputs, indices, np.where(valid, log_probs, 0).astype(weights.dtype)

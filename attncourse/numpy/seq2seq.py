@@ -1,0 +1,344 @@
+"""Encoder-decoder building blocks with attention, in NumPy (the reference).
+
+GRU -- the canonical weight layout shared by all three frameworks
+-------------------------------------------------------------------
+Row vectors, one matrix per gate, gates r (reset), z (update), n (new):
+
+    W_xr, W_xz, W_xn  (d_in, hidden)    input weights
+    W_hr, W_hz, W_hn  (hidden, hidden)  recurrent weights
+    b_xr, b_xz, b_xn, b_hr, b_hz, b_hn  (hidden,)
+
+    r  = sigmoid(x W_xr + b_xr + h W_hr + b_hr)
+    z  = sigmoid(x W_xz + b_xz + h W_hz + b_hz)
+    n  = tanh(x W_xn + b_xn + r * (h W_hn + b_hn))     # "reset after"
+    h' = (1 - z) * n + z * h
+
+This is PyTorch's nn.GRU and Keras' GRU(reset_after=True) -- but the built-ins
+stack the gates differently: torch in the order [r, z, n] along the rows of
+weight_ih (3 hidden, d_in), Keras in the order [z, r, h] along the columns of
+kernel (d_in, 3 hidden). ``attncourse.numpy.weights`` converts.
+
+Decoders
+--------
+``Decoder(..., attention=...)`` predicts the next token from the previous one,
+a GRU state and the encoder outputs (batch, src_len, hidden):
+
+* "style1" -- query = previous decoder state, keys = values = encoder outputs,
+  scaled dot-product scores; [embedding; context] -> linear -> GRU.
+* "bahdanau" -- as style1 with additive scores w_v . tanh(h W_q + enc W_k).
+* "luong_dot" / "luong_general" -- GRU step on the embedding first, then
+  attention with the NEW state (h . enc, or h W enc), then the attentional
+  hidden tanh([context; h] W_c + b_c) -> output projection.
+* "style2" -- the old PyTorch tutorial's AttnDecoderRNN, see ``Decoder``.
+
+Weights are flat dicts of arrays, ``params`` (names in ``Decoder``).
+"""
+
+import math
+
+import numpy as np
+
+from attncourse import checks
+
+from .masking import sequence_mask
+from .pooling import soft_attention
+from .scoring import additive_score, bilinear_score, dot_score, scaled_dot_score
+
+__all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
+
+GRU_GATES = ("r", "z", "n")
+
+
+def gru_param_shapes(input_dim, hidden_dim):
+    """The canonical GRU layout: name -> shape (see the module docstring)."""
+    shapes = {f"W_x{g}": (input_dim, hidden_dim) for g in GRU_GATES}
+    shapes.update({f"W_h{g}": (hidden_dim, hidden_dim) for g in GRU_GATES})
+    shapes.update({f"b_{s}{g}": (hidden_dim,) for s in "xh" for g in GRU_GATES})
+    return shapes
+
+
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warnings for large |x|
+
+
+def gru_step(x, state, params):
+    """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+    def gate(g):
+        return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
+
+    def rec(g):
+        return state @ params[f"W_h{g}"] + params[f"b_h{g}"]
+
+    r = _sigmoid(gate("r") + rec("r"))
+    z = _sigmoid(gate("z") + rec("z"))
+    n = np.tanh(gate("n") + r * rec("n"))
+    return (1.0 - z) * n + z * state
+
+
+def gru(inputs, state, params, valid_lens=None):
+    """Run a GRU over inputs (batch, n, d_in) from state (batch, hidden).
+
+    state None starts from zeros. With valid_lens (batch,), sequence b stops
+    after valid_lens[b] steps: its state is frozen there and its later
+    outputs are zeros (as with PyTorch's packed sequences).
+    Returns (outputs (batch, n, hidden), last state (batch, hidden)).
+    """
+    inputs = np.asarray(inputs)
+    checks.check_rank("inputs", inputs.shape, 3, "(batch, n, d_in)")
+    batch, n, _ = inputs.shape
+    hidden = params["W_hr"].shape[0]
+    state = np.zeros((batch, hidden), inputs.dtype) if state is None else state
+    checks.check_shape("state", np.shape(state), (batch, hidden), "(batch, hidden)")
+    outputs = []
+    for t in range(n):
+        new = gru_step(inputs[:, t], state, params)
+        if valid_lens is None:
+            state = new
+            outputs.append(new)
+            continue
+        live = (t < np.asarray(valid_lens))[:, None]
+        state = np.where(live, new, state)
+        outputs.append(np.where(live, new, 0.0))
+    return np.stack(outputs, axis=1), state
+
+
+def _uniform(shape, bound):
+    return np.random.uniform(-bound, bound, size=shape)
+
+
+def _gru_init(prefix, input_dim, hidden_dim):
+    """PyTorch's default: U(-1/sqrt(hidden), 1/sqrt(hidden)) for every entry."""
+    bound = 1.0 / math.sqrt(hidden_dim)
+    return {prefix + k: _uniform(s, bound)
+            for k, s in gru_param_shapes(input_dim, hidden_dim).items()}
+
+
+def _sub(params, prefix):
+    """The entries of a flat dict whose names start with ``prefix + '.'``."""
+    n = len(prefix) + 1
+    return {k[n:]: v for k, v in params.items() if k.startswith(prefix + ".")}
+
+
+def _linear_init(name, d_in, d_out, bias=True):
+    """PyTorch's nn.Linear default: U(-1/sqrt(d_in), 1/sqrt(d_in))."""
+    bound = 1.0 / math.sqrt(d_in)
+    params = {f"{name}.W": _uniform((d_in, d_out), bound)}
+    if bias:
+        params[f"{name}.b"] = _uniform((d_out,), bound)
+    return params
+
+
+def _linear(x, params, name):
+    return x @ params[f"{name}.W"] + params[f"{name}.b"]
+
+
+class GRU:
+    """A GRU layer with the canonical weights ``params`` (see module docstring)."""
+
+    def __init__(self, input_dim, hidden_dim):
+        checks.check_positive("input_dim", input_dim)
+        checks.check_positive("hidden_dim", hidden_dim)
+        self.input_dim, self.hidden_dim = input_dim, hidden_dim
+        self.params = _gru_init("", input_dim, hidden_dim)
+
+    def __call__(self, inputs, state=None, valid_lens=None):
+        """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
+        checks.check_sequence("inputs", np.shape(inputs), "input_dim", self.input_dim)
+        return gru(inputs, state, self.params, valid_lens)
+
+
+class Encoder:
+    """Embedding + GRU. params: embedding (vocab, embed), gru.* (canonical GRU)."""
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim):
+        for name, d in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
+                        ("hidden_dim", hidden_dim)):
+            checks.check_positive(name, d)
+        self.vocab_size, self.embed_dim = vocab_size, embed_dim
+        self.hidden_dim = hidden_dim
+        self.params = {"embedding": np.random.normal(size=(vocab_size, embed_dim))}
+        self.params.update(_gru_init("gru.", embed_dim, hidden_dim))
+
+    def __call__(self, tokens, valid_lens=None):
+        """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
+        state (batch, hidden)); the state is the last VALID step's if
+        valid_lens (batch,) is given, and outputs past it are zeros."""
+        tokens = np.asarray(tokens)
+        checks.check_tokens("tokens", tokens, "(batch, src_len)", 2)
+        if valid_lens is not None:
+            valid_lens = np.asarray(valid_lens)
+            checks.check_valid_lens(valid_lens.shape, tokens.shape[0], 1)
+        embedded = self.params["embedding"][tokens]
+        return gru(embedded, None, _sub(self.params, "gru"), valid_lens)
+
+
+def decoder_param_shapes(vocab_size, embed_dim, hidden_dim, attention,
+                         max_src_len=None):
+    """name -> shape of a Decoder's weights (all linear maps are x @ W + b)."""
+    E, H, V = embed_dim, hidden_dim, vocab_size
+    shapes = {"embedding": (V, E)}
+    shapes.update({f"gru.{k}": s for k, s in gru_param_shapes(E, H).items()})
+    luong = attention.startswith("luong")
+    d_comb_in, d_comb = (2 * H, H) if luong else (E + H, E)
+    shapes.update({"combine.W": (d_comb_in, d_comb), "combine.b": (d_comb,)})
+    shapes.update({"out.W": (H, V), "out.b": (V,)})
+    if attention == "bahdanau":
+        shapes.update({"attn.W_q": (H, H), "attn.W_k": (H, H), "attn.w_v": (H,)})
+    elif attention == "luong_general":
+        shapes["attn.W"] = (H, H)
+    elif attention == "style2":
+        shapes.update({"attn.W": (E + H, max_src_len), "attn.b": (max_src_len,)})
+    return shapes
+
+
+class Decoder:
+    """A GRU decoder with one of five attention types (module docstring).
+
+    Weights (``params``; E = embed_dim, H = hidden_dim, V = vocab_size):
+    embedding (V, E); gru.* (canonical GRU, input E); out.W (H, V), out.b;
+    combine.W, combine.b: (E + H, E) for style1/bahdanau/style2 (input
+    [embedding; context]), (2H, H) for luong (input [context; h]); attention:
+    bahdanau attn.W_q, attn.W_k (H, H), attn.w_v (H,); luong_general attn.W
+    (H, H); style2 attn.W (E + H, max_src_len), attn.b (max_src_len,).
+
+    style2 (the old PyTorch tutorial): weights = softmax([embedding; h_prev]
+    attn.W + attn.b) over max_src_len fixed positions, context = weights @
+    encoder outputs; relu([embedding; context] combine.W + combine.b) -> GRU.
+    These weights never look at the encoder outputs' content -- only at the
+    current input token and the previous state -- so they can learn "where in
+    the sentence" on average, never "which word matches". The tutorial let
+    weight fall on positions past the source's end (zero-padded outputs);
+    here positions >= src_len and those with src_mask False are masked and the
+    weights renormalised over the real tokens.
+
+    The encoder and decoder share hidden_dim (the encoder state starts the
+    decoder and the dot scores compare the two).
+    """
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim, attention,
+                 max_src_len=None):
+        checks.check_attention(attention, max_src_len)
+        shapes = decoder_param_shapes(vocab_size, embed_dim, hidden_dim,
+                                      attention, max_src_len)
+        self.vocab_size, self.embed_dim = vocab_size, embed_dim
+        self.hidden_dim, self.attention = hidden_dim, attention
+        self.max_src_len = max_src_len
+        self.params = _decoder_init(shapes)
+
+    def step(self, tokens, state, enc_outputs, src_mask=None):
+        """One step: tokens (batch,) int, state (batch, H), enc_outputs
+        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
+        Returns (logits (batch, V), new state (batch, H), weights (batch,
+        src_len))."""
+        tokens, enc_outputs = np.asarray(tokens), np.asarray(enc_outputs)
+        state = np.asarray(state)
+        mask = self._check(tokens, state, enc_outputs, src_mask)
+        p = self.params
+        emb = p["embedding"][tokens]
+        if self.attention.startswith("luong"):
+            state = gru_step(emb, state, _sub(p, "gru"))
+            context, weights = self._attend(state, emb, enc_outputs, mask)
+            hidden = np.tanh(_linear(np.concatenate([context, state], -1), p,
+                                     "combine"))
+        else:
+            context, weights = self._attend(state, emb, enc_outputs, mask)
+            x = _linear(np.concatenate([emb, context], -1), p, "combine")
+            if self.attention == "style2":
+                x = np.maximum(x, 0.0)
+            state = hidden = gru_step(x, state, _sub(p, "gru"))
+        return _linear(hidden, p, "out"), state, weights
+
+    def __call__(self, targets_in, state, enc_outputs, src_mask=None):
+        """Teacher forcing: targets_in (batch, tgt_len) int, the target shifted
+        right (starting with BOS). Returns (logits (batch, tgt_len, V),
+        weights (batch, tgt_len, src_len))."""
+        targets_in = np.asarray(targets_in)
+        checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
+        logits, weights = [], []
+        for t in range(targets_in.shape[1]):
+            out, state, w = self.step(targets_in[:, t], state, enc_outputs,
+                                      src_mask)
+            logits.append(out)
+            weights.append(w)
+        return np.stack(logits, 1), np.stack(weights, 1)
+
+    def _check(self, tokens, state, enc_outputs, src_mask):
+        checks.check_tokens("tokens", tokens, "(batch,)", 1)
+        checks.check_sequence("enc_outputs", enc_outputs.shape, "hidden_dim",
+                              self.hidden_dim)
+        batch, src_len = enc_outputs.shape[:2]
+        checks.check_shape("state", state.shape, (batch, self.hidden_dim),
+                           "(batch, hidden_dim)")
+        checks.check_shape("tokens", tokens.shape, (batch,), "(batch,)")
+        if self.attention == "style2":
+            checks.check_src_len(src_len, self.max_src_len)
+        if src_mask is None:
+            return None
+        src_mask = np.asarray(src_mask)
+        checks.check_src_mask(src_mask, enc_outputs.shape)
+        return src_mask[:, None, :]  # (batch, 1, src_len): one query
+
+    def _attend(self, query, emb, enc_outputs, mask):
+        """context (batch, H) and weights (batch, src_len) for one query."""
+        scores = self._scores(query[:, None, :], emb, enc_outputs)
+        context, weights = soft_attention(scores, enc_outputs, mask)
+        return context[:, 0], weights[:, 0]
+
+    def _scores(self, q, emb, enc):
+        """Scores (batch, 1, src_len) of the query q (batch, 1, H)."""
+        p, kind = self.params, self.attention
+        if kind == "style1":
+            return scaled_dot_score(q, enc)
+        if kind == "bahdanau":
+            return additive_score(q, enc, p["attn.W_q"], p["attn.W_k"],
+                                  p["attn.w_v"])
+        if kind == "luong_dot":
+            return dot_score(q, enc)
+        if kind == "luong_general":
+            return bilinear_score(q, enc, p["attn.W"])
+        # style2: a linear map of [embedding; h_prev]; enc gives only its length
+        logits = _linear(np.concatenate([emb, q[:, 0]], -1), p, "attn")
+        return logits[:, None, : enc.shape[1]]
+
+
+def _decoder_init(shapes):
+    """Embedding N(0, 1); GRU, linear and attention weights U(+-1/sqrt(fan_in))."""
+    params = {}
+    for name, shape in shapes.items():
+        if name == "embedding":
+            params[name] = np.random.normal(size=shape)
+        elif name.startswith("gru."):
+            params[name] = _uniform(shape, 1.0 / math.sqrt(shapes["gru.W_hr"][0]))
+        else:
+            fan_in = shapes[name[:-1] + "W"][0] if name.endswith(".b") else shape[0]
+            params[name] = _uniform(shape, 1.0 / math.sqrt(fan_in))
+    return params
+
+
+def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
+                  max_len):
+    """Translate by always taking the most likely next token.
+
+    src_tokens (batch, src_len) int, src_valid_lens (batch,) or None.
+    Decoding stops after max_len steps or once every sequence has emitted
+    eos_id; after its EOS a sequence is padded with eos_id and zero weights.
+    Returns (tokens (batch, steps), weights (batch, steps, src_len)),
+    steps <= max_len; the BOS token is not included, the EOS token is.
+    """
+    checks.check_positive("max_len", max_len)
+    enc_outputs, state = encoder(src_tokens, src_valid_lens)
+    batch, src_len = enc_outputs.shape[:2]
+    src_mask = (None if src_valid_lens is None
+                else sequence_mask(src_valid_lens, src_len)[:, 0])
+    tokens = np.full(batch, bos_id, dtype=np.int64)
+    done = np.zeros(batch, dtype=bool)
+    out_tokens, out_weights = [], []
+    for _ in range(max_len):
+        logits, state, weights = decoder.step(tokens, state, enc_outputs, src_mask)
+        tokens = np.where(done, eos_id, logits.argmax(-1))
+        out_tokens.append(tokens)
+        out_weights.append(np.where(done[:, None], 0.0, weights))
+        done = done | (tokens == eos_id)
+        if done.all():
+            break
+    return np.stack(out_tokens, 1), np.stack(out_weights, 1)

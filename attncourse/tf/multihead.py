@@ -1,0 +1,159 @@
+"""Multi-head attention in TensorFlow / Keras 3 (differentiable, eager).
+
+Same maths and names as ``attncourse.numpy.multihead``:
+
+    head_i = softmax(q_i k_i^T / sqrt(d_head)) v_i,
+    outputs = concat(head_1, ..., head_h) @ W_o + b_o.
+
+Masks are boolean, True = attend, broadcast right-aligned to the weights'
+shape (batch, num_heads, n_q, n_k); a 3-D mask is read as (batch, n_q, n_k)
+and gets a head axis, so (batch, 1, n_k) padding masks work as everywhere else.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from attncourse import checks
+
+from .masking import masked_softmax
+
+__all__ = ["MultiHeadAttention", "merge_heads", "multi_head_attention", "split_heads"]
+
+
+def split_heads(x, num_heads):
+    """(batch, n, d_model) -> (batch, num_heads, n, d_model // num_heads).
+
+    Head i gets features i * d_head ... (i + 1) * d_head - 1.
+    """
+    x = tf.convert_to_tensor(x)
+    checks.check_rank("x", checks.shape_of(x), 3, "(batch, n, d_model)")
+    _, n, d_model = checks.shape_of(x)
+    checks.check_heads(d_model, num_heads)
+    x = tf.reshape(x, (-1, n, num_heads, d_model // num_heads))
+    return tf.transpose(x, (0, 2, 1, 3))
+
+
+def merge_heads(x):
+    """(batch, num_heads, n, d_head) -> (batch, n, num_heads * d_head)."""
+    x = tf.convert_to_tensor(x)
+    checks.check_rank("x", checks.shape_of(x), 4, "(batch, num_heads, n, d_head)")
+    _, num_heads, n, d_head = checks.shape_of(x)
+    return tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (-1, n, num_heads * d_head))
+
+
+def _head_mask(mask):
+    """A 3-D (batch, n_q, n_k) mask gets a head axis: (batch, 1, n_q, n_k)."""
+    if mask is None:
+        return None
+    mask = tf.convert_to_tensor(mask)
+    return mask[:, None] if mask.shape.rank == 3 else mask
+
+
+def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
+    """Multi-head scaled dot-product attention with the weights in ``params``.
+
+    params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
+    d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
+    and b_o (d_out,) -- tensors, variables or arrays (cast to the inputs'
+    dtype). mask: bool, True = attend, broadcastable to (batch, num_heads,
+    n_q, n_k); a 3-D mask means (batch, n_q, n_k).
+    Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
+    """
+    queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        checks.check_float(name, t)
+    checks.check_qkv(*(checks.shape_of(t) for t in (queries, keys, values)))
+    checks.check_mha_params({k: checks.shape_of(v) for k, v in params.items()},
+                            *(checks.shape_of(t) for t in (queries, keys, values)),
+                            num_heads)
+    params = {k: tf.cast(v, queries.dtype) for k, v in params.items()}
+    q, k, v = (_project(x, params, c) for x, c in
+               ((queries, "q"), (keys, "k"), (values, "v")))
+    q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])
+    weights = masked_softmax(scores, _head_mask(mask))  # (batch, heads, n_q, n_k)
+    return _project(merge_heads(tf.matmul(weights, v)), params, "o"), weights
+
+
+def _project(x, params, c):
+    """x @ W_c (+ b_c if present)."""
+    y = tf.matmul(x, params[f"W_{c}"])
+    return y + params[f"b_{c}"] if f"b_{c}" in params else y
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention holding its own weights (see multi_head_attention).
+
+    input_dims = (d_q_in, d_k_in, d_v_in) creates the weights at once;
+    without it Keras creates them at the first call from the inputs' shapes.
+    d_out defaults to d_model. ``layer.params`` is the weight dict
+    (glorot-uniform matrices, zero biases).
+    """
+
+    def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
+                 input_dims=None, **kwargs):
+        super().__init__(**kwargs)
+        checks.check_positive("d_model", d_model)
+        checks.check_heads(d_model, num_heads)
+        self.num_heads, self.d_model = num_heads, d_model
+        self.d_out = d_model if d_out is None else d_out
+        self.use_bias = use_bias
+        self.input_dims = None
+        if input_dims is not None:
+            self._create(checks.check_input_dims(input_dims))
+            self.built = True
+
+    def build(self, queries_shape, keys_shape, values_shape):
+        if self.input_dims is None:
+            self._create((queries_shape[-1], keys_shape[-1], values_shape[-1]))
+
+    def _create(self, input_dims):
+        self.input_dims = tuple(int(d) for d in input_dims)
+        shapes = dict(zip(("W_q", "W_k", "W_v"),
+                          ((d, self.d_model) for d in self.input_dims), strict=True))
+        shapes["W_o"] = (self.d_model, self.d_out)
+        if self.use_bias:
+            shapes.update({f"b_{c}": (self.d_model,) for c in "qkv"})
+            shapes["b_o"] = (self.d_out,)
+        self._params = {
+            name: self.add_weight(name=name, shape=shape, initializer=(
+                "zeros" if name.startswith("b") else "glorot_uniform"))
+            for name, shape in shapes.items()
+        }
+
+    @property
+    def params(self) -> dict:
+        """name -> Keras variable, in the layout of multi_head_attention."""
+        return dict(self._params)
+
+    def _param_slots(self):
+        """name -> (variable, transposed?) for attncourse.tf.get_params_numpy."""
+        if self.input_dims is None:
+            raise ValueError(
+                "MultiHeadAttention has no weights yet: call it once or pass "
+                "input_dims=(d_q_in, d_k_in, d_v_in) to the constructor"
+            )
+        return {k: (v, False) for k, v in self._params.items()}
+
+    def call(self, queries, keys, values, attention_mask=None,
+             return_weights=False):
+        """outputs (batch, n_q, d_out), plus weights if return_weights."""
+        outputs, weights = multi_head_attention(
+            queries, keys, values, self.params, self.num_heads, attention_mask)
+        return (outputs, weights) if return_weights else outputs
+
+    def compute_output_spec(self, queries, keys, values, attention_mask=None,
+                            return_weights=False):
+        batch, n_q = queries.shape[:2]
+        out = keras.KerasTensor((batch, n_q, self.d_out), dtype=self.compute_dtype)
+        if not return_weights:
+            return out
+        w_shape = (batch, self.num_heads, n_q, keys.shape[1])
+        return out, keras.KerasTensor(w_shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads,
+                "d_model": self.d_model, "d_out": self.d_out,
+                "use_bias": self.use_bias, "input_dims": self.input_dims}

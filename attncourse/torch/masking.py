@@ -1,0 +1,67 @@
+"""Boolean masks (True = attend) and the masked softmax, in PyTorch.
+
+Masks broadcast, right-aligned, to the scores' shape (batch, num_queries,
+num_keys): a key padding mask is (batch, 1, num_keys), a causal mask
+(num_queries, num_keys). Same polarity as the boolean ``attn_mask`` of
+torch.nn.functional.scaled_dot_product_attention (True = take part).
+"""
+
+import torch
+
+from attncourse import checks
+
+__all__ = ["causal_mask", "masked_softmax", "sequence_mask"]
+
+
+def sequence_mask(valid_lens, num_keys):
+    """Padding mask from sequence lengths: True where key index < valid length.
+
+    valid_lens: (batch,) -> mask (batch, 1, num_keys), one length per sequence;
+    valid_lens: (batch, num_queries) -> mask (batch, num_queries, num_keys),
+    one length per query.
+    """
+    valid_lens = torch.as_tensor(valid_lens)
+    checks.check_valid_lens_rank(checks.shape_of(valid_lens))
+    checks.check_count("num_keys", num_keys)
+    if valid_lens.dim() == 1:
+        valid_lens = valid_lens[:, None]
+    positions = torch.arange(int(num_keys), device=valid_lens.device)
+    return positions < valid_lens[..., None]
+
+
+def causal_mask(num_queries, num_keys=None):
+    """(num_queries, num_keys) bool mask, True where key j <= query i.
+
+    num_keys defaults to num_queries. Query i may attend to keys 0..i only
+    (the diagonal included), so no position sees the future.
+    """
+    num_keys = num_queries if num_keys is None else num_keys
+    checks.check_count("num_queries", num_queries)
+    checks.check_count("num_keys", num_keys)
+    keys = torch.arange(int(num_keys))[None, :]
+    return keys <= torch.arange(int(num_queries))[:, None]
+
+
+def masked_softmax(scores, mask=None):
+    """Softmax of scores (..., num_keys) over the last axis, ignoring masked keys.
+
+    scores: (batch, num_queries, num_keys) (any leading axes work); mask: bool,
+    True = attend, broadcastable to scores. Returns weights of the scores'
+    shape: non-negative, summing to 1 over the unmasked keys of each row, and
+    exactly 0 on masked keys.
+
+    A fully masked row gets all-zero weights, no NaN and finite (zero)
+    gradients: masked scores are filled with the most negative finite float,
+    the softmax is taken, and the result is multiplied by the mask. (Filling
+    with -inf instead would give 0/0 = NaN for such rows.)
+    """
+    scores = torch.as_tensor(scores)
+    checks.check_float("scores", scores)
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    mask = torch.as_tensor(mask, device=scores.device)
+    checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
+                      checks.shape_of(scores))
+    fill = torch.finfo(scores.dtype).min
+    weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
+    return weights * mask.to(scores.dtype)

@@ -1,0 +1,126 @@
+"""Multi-head attention in PyTorch (differentiable with autograd).
+
+Same maths and names as ``attncourse.numpy.multihead``:
+
+    head_i = softmax(q_i k_i^T / sqrt(d_head)) v_i,
+    outputs = concat(head_1, ..., head_h) @ W_o + b_o.
+
+Masks are boolean, True = attend, broadcast right-aligned to the weights'
+shape (batch, num_heads, n_q, n_k); a 3-D mask is read as (batch, n_q, n_k)
+and gets a head axis, so (batch, 1, n_k) padding masks work as everywhere else.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from attncourse import checks
+
+from .masking import masked_softmax
+
+__all__ = ["MultiHeadAttention", "merge_heads", "multi_head_attention", "split_heads"]
+
+
+def split_heads(x, num_heads):
+    """(batch, n, d_model) -> (batch, num_heads, n, d_model // num_heads).
+
+    Head i gets features i * d_head ... (i + 1) * d_head - 1.
+    """
+    x = torch.as_tensor(x)
+    checks.check_rank("x", checks.shape_of(x), 3, "(batch, n, d_model)")
+    batch, n, d_model = x.shape
+    checks.check_heads(d_model, num_heads)
+    return x.reshape(batch, n, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    """(batch, num_heads, n, d_head) -> (batch, n, num_heads * d_head)."""
+    x = torch.as_tensor(x)
+    checks.check_rank("x", checks.shape_of(x), 4, "(batch, num_heads, n, d_head)")
+    batch, num_heads, n, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, n, num_heads * d_head)
+
+
+def _head_mask(mask, device):
+    """A 3-D (batch, n_q, n_k) mask gets a head axis: (batch, 1, n_q, n_k)."""
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, device=device)
+    return mask[:, None] if mask.dim() == 3 else mask
+
+
+def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
+    """Multi-head scaled dot-product attention with the weights in ``params``.
+
+    params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
+    d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
+    and b_o (d_out,) -- tensors, parameters or arrays (cast to the inputs'
+    dtype). mask: bool, True = attend, broadcastable to (batch, num_heads,
+    n_q, n_k); a 3-D mask means (batch, n_q, n_k).
+    Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
+    """
+    queries, keys, values = (torch.as_tensor(t) for t in (queries, keys, values))
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        checks.check_float(name, t)
+    checks.check_qkv(*(checks.shape_of(t) for t in (queries, keys, values)))
+    checks.check_mha_params({k: tuple(v.shape) for k, v in params.items()},
+                            *(checks.shape_of(t) for t in (queries, keys, values)),
+                            num_heads)
+    params = {k: torch.as_tensor(v).to(queries) for k, v in params.items()}
+    q, k, v = (_project(x, params, c) for x, c in
+               ((queries, "q"), (keys, "k"), (values, "v")))
+    q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    weights = masked_softmax(scores, _head_mask(mask, scores.device))
+    return _project(merge_heads(weights @ v), params, "o"), weights
+
+
+def _project(x, params, c):
+    """x @ W_c (+ b_c if present)."""
+    y = x @ params[f"W_{c}"]
+    return y + params[f"b_{c}"] if f"b_{c}" in params else y
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention holding its own weights (see multi_head_attention).
+
+    input_dims = (d_q_in, d_k_in, d_v_in) is required: the weights are created
+    here. d_out defaults to d_model. ``layer.params`` is an nn.ParameterDict
+    (glorot-uniform matrices, zero biases).
+    """
+
+    def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
+                 input_dims=None):
+        super().__init__()
+        checks.check_positive("d_model", d_model)
+        checks.check_heads(d_model, num_heads)
+        self.num_heads, self.d_model = num_heads, d_model
+        self.d_out = d_model if d_out is None else d_out
+        self.use_bias = use_bias
+        self.input_dims = checks.check_input_dims(input_dims)
+        shapes = dict(zip(("W_q", "W_k", "W_v"),
+                          ((d, d_model) for d in self.input_dims), strict=True))
+        shapes["W_o"] = (d_model, self.d_out)
+        if use_bias:
+            shapes.update({f"b_{c}": (d_model,) for c in "qkv"})
+            shapes["b_o"] = (self.d_out,)
+        self.params = nn.ParameterDict(
+            {k: nn.Parameter(torch.empty(s)) for k, s in shapes.items()})
+        for k, p in self.params.items():
+            if k.startswith("b"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.xavier_uniform_(p)
+
+    def _param_slots(self):
+        """name -> (parameter, transposed?) for attncourse.torch.get_params_numpy."""
+        return {k: (p, False) for k, p in self.params.items()}
+
+    def forward(self, queries, keys, values, attention_mask=None,
+                return_weights=False):
+        """outputs (batch, n_q, d_out), plus weights if return_weights."""
+        outputs, weights = multi_head_attention(
+            queries, keys, values, dict(self.params), self.num_heads,
+            attention_mask)
+        return (outputs, weights) if return_weights else outputs

@@ -1,0 +1,287 @@
+"""Encoder-decoder building blocks with attention, in PyTorch.
+
+Same maths, names and weight layout as ``attncourse.numpy.seq2seq`` (read its
+docstring for the GRU equations, the canonical GRU layout and the five
+decoder attention types). The GRU is written out with tensor ops rather than
+nn.GRU so every gate is visible; ``attncourse.torch.to_torch_gru`` builds the
+built-in module with the same weights, and the tests show they agree.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from attncourse import checks
+from attncourse.numpy.seq2seq import decoder_param_shapes, gru_param_shapes
+
+from .masking import sequence_mask
+from .pooling import soft_attention
+from .scoring import additive_score, bilinear_score, dot_score, scaled_dot_score
+
+__all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
+
+
+def gru_step(x, state, params):
+    """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+    def gate(g):
+        return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
+
+    def rec(g):
+        return state @ params[f"W_h{g}"] + params[f"b_h{g}"]
+
+    r = torch.sigmoid(gate("r") + rec("r"))
+    z = torch.sigmoid(gate("z") + rec("z"))
+    n = torch.tanh(gate("n") + r * rec("n"))
+    return (1.0 - z) * n + z * state
+
+
+def gru(inputs, state, params, valid_lens=None):
+    """Run a GRU over inputs (batch, n, d_in) from state (batch, hidden).
+
+    state None starts from zeros. With valid_lens (batch,), sequence b stops
+    after valid_lens[b] steps: its state is frozen there and its later
+    outputs are zeros (as with PyTorch's packed sequences).
+    Returns (outputs (batch, n, hidden), last state (batch, hidden)).
+    """
+    inputs = torch.as_tensor(inputs)
+    checks.check_rank("inputs", checks.shape_of(inputs), 3, "(batch, n, d_in)")
+    batch, n, _ = inputs.shape
+    hidden = params["W_hr"].shape[0]
+    if state is None:
+        state = inputs.new_zeros(batch, hidden)
+    checks.check_shape("state", checks.shape_of(state), (batch, hidden),
+                       "(batch, hidden)")
+    if valid_lens is not None:
+        valid_lens = torch.as_tensor(valid_lens, device=inputs.device)
+    outputs = []
+    for t in range(n):
+        new = gru_step(inputs[:, t], state, params)
+        if valid_lens is None:
+            state = new
+            outputs.append(new)
+            continue
+        live = (t < valid_lens)[:, None]
+        state = torch.where(live, new, state)
+        outputs.append(torch.where(live, new, torch.zeros_like(new)))
+    return torch.stack(outputs, dim=1), state
+
+
+def _uniform_param(shape, bound):
+    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+
+
+def _linear_slots(name, layer):
+    """Canonical name -> (parameter, transposed?) for an nn.Linear: torch
+    stores weight (out, in), the canonical W is (in, out)."""
+    return {f"{name}.W": (layer.weight, True), f"{name}.b": (layer.bias, False)}
+
+
+class GRU(nn.Module):
+    """A GRU layer with the canonical weights ``params`` (see module docstring).
+
+    Initialised like nn.GRU: every entry U(-1/sqrt(hidden), 1/sqrt(hidden)).
+    """
+
+    def __init__(self, input_dim, hidden_dim):
+        super().__init__()
+        checks.check_positive("input_dim", input_dim)
+        checks.check_positive("hidden_dim", hidden_dim)
+        self.input_dim, self.hidden_dim = input_dim, hidden_dim
+        bound = 1.0 / math.sqrt(hidden_dim)
+        self.params = nn.ParameterDict({
+            k: _uniform_param(s, bound)
+            for k, s in gru_param_shapes(input_dim, hidden_dim).items()
+        })
+
+    def _param_slots(self):
+        return {k: (p, False) for k, p in self.params.items()}
+
+    def forward(self, inputs, state=None, valid_lens=None):
+        """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
+        inputs = torch.as_tensor(inputs)
+        checks.check_sequence("inputs", checks.shape_of(inputs), "input_dim",
+                              self.input_dim)
+        return gru(inputs, state, self.params, valid_lens)
+
+
+def _embedding(vocab_size, embed_dim):
+    return nn.Embedding(vocab_size, embed_dim)  # N(0, 1), as in NumPy and Keras
+
+
+class Encoder(nn.Module):
+    """Embedding + GRU. Canonical weights: embedding (vocab, embed), gru.*."""
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim):
+        super().__init__()
+        for name, d in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
+                        ("hidden_dim", hidden_dim)):
+            checks.check_positive(name, d)
+        self.vocab_size, self.embed_dim = vocab_size, embed_dim
+        self.hidden_dim = hidden_dim
+        self.embedding = _embedding(vocab_size, embed_dim)
+        self.gru = GRU(embed_dim, hidden_dim)
+
+    def _param_slots(self):
+        slots = {"embedding": (self.embedding.weight, False)}
+        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
+        return slots
+
+    def forward(self, tokens, valid_lens=None):
+        """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
+        state (batch, hidden)); the state is the last VALID step's if
+        valid_lens (batch,) is given, and outputs past it are zeros."""
+        tokens = torch.as_tensor(tokens, device=self.embedding.weight.device)
+        checks.check_tokens("tokens", tokens, "(batch, src_len)", 2)
+        if valid_lens is not None:
+            valid_lens = torch.as_tensor(valid_lens)
+            checks.check_valid_lens(checks.shape_of(valid_lens), tokens.shape[0], 1)
+        return self.gru(self.embedding(tokens), None, valid_lens)
+
+
+class Decoder(nn.Module):
+    """A GRU decoder with one of five attention types.
+
+    See ``attncourse.numpy.seq2seq.Decoder`` for the weights' names and
+    shapes and for style2, the old PyTorch tutorial's decoder, whose weights
+    never look at the encoder outputs' content (only at the input token and
+    the previous state); here its padded positions are masked and the weights
+    renormalised over the real tokens.
+    """
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim, attention,
+                 max_src_len=None):
+        super().__init__()
+        checks.check_attention(attention, max_src_len)
+        shapes = decoder_param_shapes(vocab_size, embed_dim, hidden_dim,
+                                      attention, max_src_len)
+        self.vocab_size, self.embed_dim = vocab_size, embed_dim
+        self.hidden_dim, self.attention = hidden_dim, attention
+        self.max_src_len = max_src_len
+        self.embedding = _embedding(vocab_size, embed_dim)
+        self.gru = GRU(embed_dim, hidden_dim)
+        self.combine = nn.Linear(*shapes["combine.W"])
+        self.out = nn.Linear(hidden_dim, vocab_size)
+        if attention == "style2":
+            self.attn = nn.Linear(*shapes["attn.W"])
+        else:
+            self.attn = nn.ParameterDict({
+                k[5:]: _uniform_param(s, 1.0 / math.sqrt(s[0]))
+                for k, s in shapes.items() if k.startswith("attn.")
+            })
+
+    def _param_slots(self):
+        slots = {"embedding": (self.embedding.weight, False)}
+        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
+        slots.update(_linear_slots("combine", self.combine))
+        slots.update(_linear_slots("out", self.out))
+        if self.attention == "style2":
+            slots.update(_linear_slots("attn", self.attn))
+        else:
+            slots.update({f"attn.{k}": (p, False) for k, p in self.attn.items()})
+        return slots
+
+    def step(self, tokens, state, enc_outputs, src_mask=None):
+        """One step: tokens (batch,) int, state (batch, H), enc_outputs
+        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
+        Returns (logits (batch, V), new state (batch, H), weights (batch,
+        src_len))."""
+        tokens, state, enc_outputs = (torch.as_tensor(t) for t in
+                                      (tokens, state, enc_outputs))
+        mask = self._check(tokens, state, enc_outputs, src_mask)
+        emb = self.embedding(tokens)
+        if self.attention.startswith("luong"):
+            state = gru_step(emb, state, self.gru.params)
+            context, weights = self._attend(state, emb, enc_outputs, mask)
+            hidden = torch.tanh(self.combine(torch.cat([context, state], -1)))
+        else:
+            context, weights = self._attend(state, emb, enc_outputs, mask)
+            x = self.combine(torch.cat([emb, context], -1))
+            if self.attention == "style2":
+                x = torch.relu(x)
+            state = hidden = gru_step(x, state, self.gru.params)
+        return self.out(hidden), state, weights
+
+    def forward(self, targets_in, state, enc_outputs, src_mask=None):
+        """Teacher forcing: targets_in (batch, tgt_len) int, the target shifted
+        right (starting with BOS). Returns (logits (batch, tgt_len, V),
+        weights (batch, tgt_len, src_len))."""
+        targets_in = torch.as_tensor(targets_in)
+        checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
+        logits, weights = [], []
+        for t in range(targets_in.shape[1]):
+            out, state, w = self.step(targets_in[:, t], state, enc_outputs,
+                                      src_mask)
+            logits.append(out)
+            weights.append(w)
+        return torch.stack(logits, 1), torch.stack(weights, 1)
+
+    def _check(self, tokens, state, enc_outputs, src_mask):
+        checks.check_tokens("tokens", tokens, "(batch,)", 1)
+        enc_shape = checks.shape_of(enc_outputs)
+        checks.check_sequence("enc_outputs", enc_shape, "hidden_dim",
+                              self.hidden_dim)
+        batch, src_len = enc_shape[:2]
+        checks.check_shape("state", checks.shape_of(state),
+                           (batch, self.hidden_dim), "(batch, hidden_dim)")
+        checks.check_shape("tokens", checks.shape_of(tokens), (batch,), "(batch,)")
+        if self.attention == "style2":
+            checks.check_src_len(src_len, self.max_src_len)
+        if src_mask is None:
+            return None
+        src_mask = torch.as_tensor(src_mask, device=enc_outputs.device)
+        checks.check_src_mask(src_mask, enc_shape)
+        return src_mask[:, None, :]  # (batch, 1, src_len): one query
+
+    def _attend(self, query, emb, enc_outputs, mask):
+        """context (batch, H) and weights (batch, src_len) for one query."""
+        scores = self._scores(query[:, None, :], emb, enc_outputs)
+        context, weights = soft_attention(scores, enc_outputs, mask)
+        return context[:, 0], weights[:, 0]
+
+    def _scores(self, q, emb, enc):
+        """Scores (batch, 1, src_len) of the query q (batch, 1, H)."""
+        kind, a = self.attention, self.attn
+        if kind == "style1":
+            return scaled_dot_score(q, enc)
+        if kind == "bahdanau":
+            return additive_score(q, enc, a["W_q"], a["W_k"], a["w_v"])
+        if kind == "luong_dot":
+            return dot_score(q, enc)
+        if kind == "luong_general":
+            return bilinear_score(q, enc, a["W"])
+        # style2: a linear map of [embedding; h_prev]; enc gives only its length
+        logits = self.attn(torch.cat([emb, q[:, 0]], -1))
+        return logits[:, None, : enc.shape[1]]
+
+
+@torch.no_grad()
+def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
+                  max_len):
+    """Translate by always taking the most likely next token (no autograd).
+
+    src_tokens (batch, src_len) int, src_valid_lens (batch,) or None.
+    Decoding stops after max_len steps or once every sequence has emitted
+    eos_id; after its EOS a sequence is padded with eos_id and zero weights.
+    Returns (tokens (batch, steps) int64, weights (batch, steps, src_len)),
+    steps <= max_len; the BOS token is not included, the EOS token is.
+    """
+    checks.check_positive("max_len", max_len)
+    enc_outputs, state = encoder(src_tokens, src_valid_lens)
+    batch, src_len = enc_outputs.shape[:2]
+    device = enc_outputs.device
+    src_mask = (None if src_valid_lens is None else
+                sequence_mask(torch.as_tensor(src_valid_lens, device=device),
+                              src_len)[:, 0])
+    tokens = torch.full((batch,), bos_id, dtype=torch.int64, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    out_tokens, out_weights = [], []
+    for _ in range(max_len):
+        logits, state, weights = decoder.step(tokens, state, enc_outputs, src_mask)
+        tokens = torch.where(done, eos_id, logits.argmax(-1))
+        out_tokens.append(tokens)
+        out_weights.append(torch.where(done[:, None], 0.0, weights))
+        done = done | (tokens == eos_id)
+        if bool(done.all()):
+            break
+    return torch.stack(out_tokens, 1), torch.stack(out_weights, 1)
