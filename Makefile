@@ -11,7 +11,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv book book-clean test test-fast lint serve lab constraints clean
+.PHONY: help venv book book-clean test test-fast lint serve lab bench constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -19,6 +19,7 @@ help:
 	@echo "make serve  - serve the built site on http://localhost:8000"
 	@echo "make lab    - open the course in JupyterLab"
 	@echo "make lint   - ruff"
+	@echo "make bench  - benchmarks; figures go to _build/bench/ (JSON + markdown)"
 
 venv: $(STAMP)
 
@@ -47,6 +48,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check attncourse tests book/_ext
+
+bench: $(STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/attention_speed.py --out _build/bench/attention_speed.json
 
 serve:
 	$(BIN)/python -m http.server -d _build/html 8000
