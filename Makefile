@@ -11,7 +11,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv book book-clean test test-fast lint serve lab bench constraints clean
+.PHONY: help venv book book-clean test test-fast lint serve lab bench grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -20,6 +20,9 @@ help:
 	@echo "make lab    - open the course in JupyterLab"
 	@echo "make lint   - ruff"
 	@echo "make bench  - benchmarks; figures go to _build/bench/ (JSON + markdown)"
+	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
+	@echo "make release     - regenerate the student release exercises/ from solutions/"
+	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
 venv: $(STAMP)
 
@@ -44,14 +47,23 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not book"
+	$(BIN)/python -m pytest -m "not book and not exercises and not browser and not classroom"
 
 lint: $(STAMP)
-	$(BIN)/ruff check attncourse tests book/_ext
+	$(BIN)/ruff check attncourse tests book/_ext bench nbgrader_config.py
 
 bench: $(STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/attention_speed.py --out _build/bench/attention_speed.json
+
+grade: $(STAMP)
+	$(BIN)/python -m attncourse.grading.grade_all
+
+release: $(STAMP)
+	$(BIN)/python -m attncourse.grading.release
+
+references: $(STAMP)
+	$(BIN)/python -m attncourse.grading.references
 
 serve:
 	$(BIN)/python -m http.server -d _build/html 8000

@@ -18,7 +18,8 @@ def to_framework(framework: str, x, *, variable=False):
     if framework == "tf":
         import tensorflow as tf
 
-        dtype = {"f": tf.float32, "b": tf.bool, "i": tf.int64, "u": tf.int64}[x.dtype.kind]
+        kinds = {"f": tf.float32, "b": tf.bool, "i": tf.int64, "u": tf.int64}
+        dtype = kinds[x.dtype.kind]
         t = tf.constant(x, dtype=dtype)
         return tf.Variable(t) if variable else t
     if framework == "torch":

@@ -17,7 +17,8 @@ def nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.Completed
     env = dict(os.environ)
     env.setdefault("PYTHONHASHSEED", "0")
     # nbgrader runs `alembic` from PATH: use the one beside this Python
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     result = subprocess.run(cmd, cwd=root, env=env)
     print(f"  ({time.monotonic() - start:.0f} s)", flush=True)
     if check and result.returncode:

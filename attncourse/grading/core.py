@@ -89,6 +89,11 @@ def _describe_difference(obs, exp, key) -> str:
             f"{atol:g} + {rtol:g}*|expected| (largest difference {diff.max():.2g})")
 
 
+def _label(key: str) -> str:
+    """How a compared key is named in messages: grad_W_q -> gradients w.r.t. W_q."""
+    return f"gradients w.r.t. {key[5:]}" if key.startswith("grad_") else key
+
+
 def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dict,
             observed: dict) -> None:
     """Raise GradingError naming what is wrong (and the likely mistake), or pass."""
@@ -113,17 +118,18 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
         if obs.shape != exp.shape and obs.size == exp.size == 1:
             obs = obs.reshape(exp.shape)
         if obs.shape != exp.shape:
-            msg = f"{who}: {key} have shape {obs.shape}, expected {exp.shape} ({where})."
+            msg = (f"{who}: {_label(key)} have shape {obs.shape}, expected {exp.shape} "
+                   f"({where}).")
             if obs.ndim >= 2 and obs.shape[:-2] + obs.shape[-2:][::-1] == exp.shape:
                 msg += ("\nLikely mistake (swapped-axes): the last two axes are "
                         "swapped -- queries index the rows, keys the columns.")
             raise GradingError(msg)
         if exp.dtype.kind == "b" and obs.dtype.kind != "b":
-            raise GradingError(f"{who}: {key} must be boolean (True = attend), got "
-                               f"dtype {obs.dtype} ({where})")
+            raise GradingError(f"{who}: {_label(key)} must be boolean (True = "
+                               f"attend), got dtype {obs.dtype} ({where})")
         if obs.dtype.kind == "f" and not np.all(np.isfinite(obs)):
             variant = diagnose(check, case, inputs, observed)
-            msg = f"{who}: {key} contain NaN or inf ({where})."
+            msg = f"{who}: {_label(key)} contain NaN or inf ({where})."
             if variant is not None:
                 msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
             elif check.nan_hint:
@@ -131,8 +137,9 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
             raise GradingError(msg)
         if _close(obs, exp, key):
             continue
-        msg = (f"{who}: {key} do not match the reference ({where}): "
-               f"{_describe_difference(obs.astype(exp.dtype) if exp.dtype.kind in 'biu' else obs, exp, key)}.")
+        shown = obs.astype(exp.dtype) if exp.dtype.kind in "biu" else obs
+        msg = (f"{who}: {_label(key)} do not match the reference ({where}): "
+               f"{_describe_difference(shown, exp, key)}.")
         variant = diagnose(check, case, inputs, observed)
         if variant is not None:
             msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
@@ -140,5 +147,6 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
             msg += ("\nLikely mistake (no-gradient): the gradient is zero -- part of "
                     "the computation is cut off from autodiff.")
         elif check.reminder:
-            msg += f"\nNo known mistake matches. Check against the interface: {check.reminder}"
+            msg += ("\nNo known mistake matches. Check against the interface: "
+                    + check.reminder)
         raise GradingError(msg)

@@ -44,10 +44,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     root = args.root.resolve()
 
-    if references.main(["--check", "--no-crosscheck", "--root", str(root),
-                        *args.assignments]):
+    present = args.assignments or assignments_in(root)
+    if references.main(["--check", "--no-crosscheck", "--root", str(root), *present]):
         return 1
-    todo = [a for a in (args.assignments or assignments_in(root)) if submitted(root, a)]
+    todo = [a for a in present if submitted(root, a)]
     if not todo:
         print("no submissions found under submitted/<student>/<assignment>/")
         return 1

@@ -9,6 +9,9 @@ test cell. nbgrader's ``IgnorePattern`` preprocessor (enabled in
 nbgrader_config.py) drops every stderr output of a graded cell that matches
 ``STDERR_NOISE``, so only real errors (exceptions) decide the grade.
 
+(TensorFlow's Python deprecation messages, "WARNING:tensorflow:...", go to stdout
+inside a Jupyter kernel and cost nothing; the pattern covers them anyway.)
+
 Note: IgnorePattern drops a whole stderr output chunk when the pattern is found
 anywhere in it; exceptions are not stderr (they are "error" outputs) and are
 never dropped.
@@ -19,7 +22,7 @@ import re
 _LINES = (
     # Python's warnings module: "path/file.py:12: UserWarning: message"
     r"^[^\n]*:\d+: \w*Warning: ",
-    # absl / glog style C++ logs (TensorFlow, XLA, oneDNN): "I0000 00:00:17... 123 file.cc:45]"
+    # absl/glog C++ logs (TensorFlow, XLA, oneDNN): "I0000 00:00:17.1 123 file.cc:45]"
     r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ",
     # TensorFlow's own C++ log format: "2026-01-01 12:00:00.000000: W tensorflow/..."
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ",

@@ -1,0 +1,70 @@
+"""nbgrader configuration of the attention course (run nbgrader from this folder).
+
+    solutions/<id>/<id>.ipynb   source: solutions + hidden tests (+ hidden/ data)
+    exercises/<id>/<id>.ipynb   the student release (generated, committed)
+    submitted/ autograded/ feedback/ gradebook.db   grading state (not in git)
+
+One command grades a batch: `python -m attncourse.grading.grade_all` (see
+solutions/README.md); the plain nbgrader commands work from this folder too.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+SOURCE, RELEASE, FEEDBACK = "solutions", "exercises", "feedback"
+
+# Grade with *this* course's attncourse (hidden tests import attncourse.grading),
+# in this process (the hooks below) and in every kernel nbgrader starts.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if str(ROOT) not in _path:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *_path])
+# nbgrader runs the `alembic` executable to open the gradebook: find it next to
+# this Python even when the virtual environment is not activated.
+_bin = str(Path(sys.executable).parent)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
+# Quiet kernels: TensorFlow's C++ logging is stderr, and stderr costs points.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+
+from attncourse.grading.hooks import strip_hidden  # noqa: E402
+from attncourse.grading.noise import STDERR_NOISE  # noqa: E402
+
+c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
+
+c.CourseDirectory.course_id = "attention-course"
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.source_directory = SOURCE
+c.CourseDirectory.release_directory = RELEASE
+c.CourseDirectory.feedback_directory = FEEDBACK
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
+
+# Hidden reference data (solutions/<id>/hidden/) is copied to autograded/ where
+# the hidden tests read it, but deleted from the release and the feedback.
+c.GenerateAssignment.post_convert_hook = strip_hidden(ROOT / RELEASE)
+c.GenerateFeedback.post_convert_hook = strip_hidden(ROOT / FEEDBACK)
+# Feedback shows the graded notebook; strip the hidden tests' source from it
+# (their failures print only a message, see attncourse.grading.errors).
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests,
+                                    CSSHTMLHeaderPreprocessor]
+
+# Any stderr output gives a test cell 0 points: drop framework log noise
+# (warnings, TF/absl/torch log lines) so only real errors count.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = STDERR_NOISE
+
+# Importing TensorFlow and PyTorch takes several seconds per kernel.
+c.Execute.timeout = 300
+c.Execute.startup_timeout = 120
+# Stop each kernel at once when its notebook is done (a graceful TensorFlow +
+# PyTorch shutdown adds seconds per submission and changes nothing).
+c.Execute.shutdown_kernel = "immediate"

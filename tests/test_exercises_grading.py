@@ -1,0 +1,211 @@
+"""The exercises through the real nbgrader CLI, end to end.
+
+Two temporary copies of the course (the assignments split in halves) are graded
+in parallel -- one per CPU core -- with the documented batch command,
+``python -m attncourse.grading.grade_all`` (nbgrader generate_assignment,
+autograde, generate_feedback, export). Every assignment gets submissions built
+from the committed release: the reference solution, the unmodified release,
+two students with one typical TensorFlow bug and one typical PyTorch bug each
+(test_exercises_bugs.BUGS: students bug1 and bug2 carry the six mistakes the
+feedback must name -- missing 1/sqrt(d_k), softmax over the wrong axis,
+inverted mask, transposed weights, forgotten output projection, wrong head
+split -- and more; bug3 runs in process only, to keep this module within its
+time budget), and, for key-value-masking, a correct solution that writes
+framework warnings to stderr. The repository is not touched.
+"""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_exercises_bugs import (
+    BUGS,
+    ROOT,
+    WARNING_EDITS,
+    expected_lost,
+    points,
+    student_solutions,
+)
+
+from attncourse.grading import ASSIGNMENTS, leaks
+from attncourse.grading import notebooks as nbs
+
+pytestmark = pytest.mark.exercises
+
+GROUPS = (("addressing", "scoring-functions", "soft-hard-attention"),
+          ("key-value-masking", "self-attention", "multi-head"))
+TIMEOUT = 1200  # seconds for one copy's whole batch
+STUDENTS = ("bug1", "bug2")  # bug3: in process only (test_exercises_bugs)
+NAMED = {"missing-scale", "softmax-axis", "inverted-mask", "transposed-weights",
+         "missing-output-projection", "head-split-without-transpose"}
+
+
+def make_course(dest: Path, assignments) -> None:
+    """A course copy with these assignments and their submissions."""
+    dest.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", dest)
+    shutil.copytree(ROOT / "attncourse", dest / "attncourse",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for a in assignments:
+        shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
+                        ignore=shutil.ignore_patterns("grader-errors.log"))
+        release = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")  # the committed one
+        students = ["reference", "blank", *STUDENTS]
+        if a in WARNING_EDITS:
+            students.append("warning")
+        for student in students:
+            nb = release if student == "blank" else nbs.submission(
+                release, student_solutions(a, student))
+            nbs.write(nb, dest / "submitted" / student / a / f"{a}.ipynb")
+
+
+def environment(root: Path) -> dict:
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` from PATH
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PYTHONPATH"] = str(root)
+    # hidden tests must find their data beside the notebook, as in real use
+    env.pop("ATTNCOURSE_REFERENCE", None)
+    return env
+
+
+def read_scores(root: Path) -> dict:
+    """(assignment, student) -> {grade_id: score} from the course's gradebook."""
+    from nbgrader.api import Gradebook
+
+    os.environ["PATH"] = environment(root)["PATH"]  # for nbgrader's `alembic`
+    scores = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "attention-course") as gb:
+        for assignment in gb.assignments:
+            for sub in gb.assignment_submissions(assignment.name):
+                for nb in sub.notebooks:
+                    scores[assignment.name, sub.student.id] = {
+                        g.name: g.score for g in nb.grades}
+    return scores
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("courses")
+    roots = [base / f"course{i}" for i in range(len(GROUPS))]
+    for root, group in zip(roots, GROUPS, strict=True):
+        make_course(root, group)
+    start = time.monotonic()
+    procs = []
+    for root in roots:
+        log = open(root / "grade_all.log", "w")
+        procs.append((root, log, subprocess.Popen(
+            [sys.executable, "-m", "attncourse.grading.grade_all"], cwd=root,
+            env=environment(root), stdout=log, stderr=subprocess.STDOUT)))
+    codes = {}
+    for root, log, proc in procs:
+        codes[root] = proc.wait(timeout=TIMEOUT)
+        log.close()
+    elapsed = time.monotonic() - start
+    print(f"\nbatch grading of {len(ASSIGNMENTS)} assignments: {elapsed:.0f} s")
+    result = {"roots": roots, "codes": codes, "scores": {}, "feedback": {},
+              "elapsed": elapsed}
+    for root in roots:
+        result["scores"].update(read_scores(root))
+        for page in (root / "feedback").glob("*/*/*.html"):
+            result["feedback"][page.parent.name, page.parent.parent.name] = \
+                leaks.html_text(page)
+    return result
+
+
+def log_tail(root: Path) -> str:
+    return (root / "grade_all.log").read_text()[-4000:]
+
+
+def test_batch_grading_command_succeeds(graded):
+    for root, code in graded["codes"].items():
+        assert code == 0, log_tail(root)
+        rows = list(csv.DictReader(open(root / "grades.csv")))
+        graded_pairs = {(r["assignment"], r["student_id"]) for r in rows}
+        mine = {(a, s) for a, s in graded["scores"]
+                if (root / "solutions" / a).exists()}
+        assert mine <= graded_pairs
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+def test_reference_solution_scores_full_marks(graded, assignment):
+    expected = points(assignment)
+    assert graded["scores"][assignment, "reference"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+def test_unmodified_release_scores_zero_without_crashing(graded, assignment):
+    scores = graded["scores"][assignment, "blank"]
+    assert set(scores) == set(points(assignment)) and not any(scores.values())
+    text = graded["feedback"][assignment, "blank"]
+    assert "GradingError" in text and "is not implemented yet" in text
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+@pytest.mark.parametrize("student", STUDENTS)
+def test_bug_loses_exactly_its_points_and_feedback_names_it(graded, assignment,
+                                                           student):
+    scores = graded["scores"][assignment, student]
+    full = points(assignment)
+    lost = expected_lost(assignment, student)
+    assert {g for g, s in scores.items() if s == 0} == lost
+    assert all(scores[g] == full[g] for g in full if g not in lost)
+    text = graded["feedback"][assignment, student]
+    for bug in BUGS:
+        if bug.assignment == assignment and bug.student == student:
+            assert f"Likely mistake ({bug.tag})" in text, (bug.part, bug.tag)
+
+
+def test_the_named_mistakes_are_graded_end_to_end():
+    assert NAMED <= {b.tag for b in BUGS if b.student in STUDENTS}
+
+
+def test_correct_solution_with_stderr_warnings_keeps_full_marks(graded):
+    for assignment in WARNING_EDITS:
+        scores = graded["scores"][assignment, "warning"]
+        assert scores == pytest.approx(points(assignment))
+
+
+def test_fresh_release_matches_the_committed_one(graded):
+    for root in graded["roots"]:
+        for nb_path in sorted((root / "exercises").glob("*/*.ipynb")):
+            committed = ROOT / "exercises" / nb_path.parent.name / nb_path.name
+            assert nbs.comparable(nbs.read(nb_path)) == \
+                nbs.comparable(nbs.read(committed)), (
+                f"{committed} is stale: run python -m attncourse.grading.release")
+
+
+def test_hidden_data_reaches_autograde_but_not_students(graded):
+    for root in graded["roots"]:
+        assert list((root / "autograded").glob("*/*/hidden/reference.npz"))
+        assert leaks.scan_release(root) == []
+        assert leaks.scan_feedback(root) == []
+        assert leaks.scan_feedback(root, students=["blank"],
+                                   check_solution_code=True) == []
+        assert not list((root / "feedback").rglob("*.npz"))
+    for text in graded["feedback"].values():
+        assert "BEGIN HIDDEN TESTS" not in text
+        assert "attncourse.grading import" not in text
+
+
+def test_without_ignore_pattern_the_warnings_would_cost_points(graded):
+    """Proof that the warnings really reach stderr in graded cells: regrade the
+    warning student with IgnorePattern disabled (runs last: it rewrites that
+    student's grades)."""
+    root = graded["roots"][1]
+    assignment = next(iter(WARNING_EDITS))
+    assert (root / "solutions" / assignment).exists()
+    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment,
+                    "--student=warning", "--force", "--IgnorePattern.enabled=False"],
+                   cwd=root, env=environment(root), check=True,
+                   capture_output=True, timeout=600)
+    scores = read_scores(root)[assignment, "warning"]
+    # PyTorch's UserWarning goes to stderr in the visible and two hidden cells
+    assert scores["torch-visible"] == 0 and scores["torch-hidden-attention"] == 0
+    # TensorFlow's deprecation message is logged to stdout in a kernel: harmless
+    assert scores["tf-visible"] == 1
