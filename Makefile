@@ -11,7 +11,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv book book-clean test test-fast lint serve lab bench grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -25,6 +25,17 @@ help:
 	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
 venv: $(STAMP)
+
+# Debian packages the browser, sandbox and classroom tests use (root; CI runs it).
+system-deps:
+	apt-get update
+	apt-get install -y --no-install-recommends chromium bubblewrap
+
+# The JupyterHub proxy for the classroom test (npm registry, pinned in the lock file).
+CHP := classroom/node_modules/.package-lock.json
+$(CHP): classroom/package.json classroom/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix classroom --no-audit --no-fund; \
+	else echo "npm not found: the classroom test will fail (needs configurable-http-proxy)"; fi
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +54,7 @@ book: $(STAMP)
 book-clean:
 	rm -rf _build
 
-test: $(STAMP)
+test: $(STAMP) $(CHP)
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
@@ -77,4 +88,4 @@ constraints: $(STAMP)
 	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt
 
 clean:
-	rm -rf _build .pytest_cache .hypothesis
+	rm -rf _build .pytest_cache .hypothesis classroom/node_modules

@@ -31,7 +31,6 @@ if _bin not in os.environ.get("PATH", "").split(os.pathsep):
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
@@ -46,7 +45,11 @@ c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.source_directory = SOURCE
 c.CourseDirectory.release_directory = RELEASE
 c.CourseDirectory.feedback_directory = FEEDBACK
-c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
+# SQLite by default; NBGRADER_DB_URL selects another gradebook, e.g. PostgreSQL
+# (postgresql://user@host/db) for graders on several processes or machines.
+c.CourseDirectory.db_url = os.environ.get(
+    "NBGRADER_DB_URL", f"sqlite:///{ROOT / 'gradebook.db'}"
+)
 
 # Hidden reference data (solutions/<id>/hidden/) is copied to autograded/ where
 # the hidden tests read it, but deleted from the release and the feedback.

@@ -143,3 +143,17 @@ def test_ipynb_download(site, doc):
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert len(code) == len(code_cells(source_path(doc)))
     assert all(not c.get("outputs") for c in code)
+
+
+def test_cjk_web_font_covers_the_sites_chinese(site):
+    """Readers without a CJK system font still see 欢迎 来 北京, not boxes."""
+    from fontTools.ttLib import TTFont
+
+    text = "".join(p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    used = {c for c in text if 0x4E00 <= ord(c) <= 0x9FFF}
+    assert {"欢", "迎", "来", "北", "京"} <= used
+    cmap = TTFont(site / "_static" / "cjk-subset.woff").getBestCmap()
+    missing = sorted(c for c in used if ord(c) not in cmap)
+    assert not missing, f"characters without a glyph in the web font: {missing}"
+    css = (site / "_static" / "cjk-webfont.css").read_text()
+    assert "unicode-range" in css and "--pst-font-family-base: 'Course CJK'" in css
