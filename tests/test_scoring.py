@@ -91,8 +91,11 @@ def test_score_gradients_agree(problem):
             size=(args[0].shape[0], args[0].shape[1], args[1].shape[1]))
         g_tf = _grads_tf(getattr(atf, name), args, cot)
         g_pt = _grads_torch(getattr(atorch, name), args, cot)
+        # Cosine's gradient (|q|^2 - q q^T) / |q|^3 cancels catastrophically in
+        # float32 (in one dimension it is exactly 0): allow 1e-4 there.
+        atol = 1e-4 if name == "cosine_score" else 1e-5
         for i, (a, b) in enumerate(zip(g_tf, g_pt, strict=True)):
-            assert_close(a, b, what=f"{name} grad of argument {i}")
+            assert_close(a, b, atol=atol, what=f"{name} grad of argument {i}")
 
 
 def test_scaled_is_dot_over_sqrt_dk(rng):
