@@ -7,7 +7,17 @@ shape and mask conventions.
 
 import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
 
-from . import layers, masking, multihead, pooling, positional, scoring, seq2seq, weights
+from . import (
+    layers,
+    masking,
+    multihead,
+    pooling,
+    positional,
+    scoring,
+    seq2seq,
+    train,
+    weights,
+)
 from .layers import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
@@ -15,11 +25,12 @@ from .pooling import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .train import *  # noqa: F401,F403
 from .weights import *  # noqa: F401,F403
 
 __all__ = sorted(
     set().union(
         *(m.__all__ for m in (masking, scoring, pooling, layers, multihead,
-                              positional, seq2seq, weights))
+                              positional, seq2seq, train, weights))
     )
 )

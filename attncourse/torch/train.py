@@ -1,0 +1,148 @@
+"""Training and evaluating the seq2seq models on the course's tasks, in PyTorch.
+
+Same names and signatures as ``attncourse.tf.train`` (and
+``attncourse.numpy.train``, which has no autograd and refuses to train). The
+tasks are the framework-free ``attncourse.data.Seq2SeqTask`` arrays; the
+models are ``attncourse.torch.Encoder`` / ``Decoder``.
+
+Training is teacher forcing: the decoder reads the true previous token
+(``tgt_in`` = <bos> + target) and is scored on the next one (``tgt_out`` =
+target + <eos>) by cross-entropy averaged over the real target tokens. Test
+accuracy is exact match under greedy decoding, where the decoder reads its
+own previous prediction -- the only mode available at test time.
+"""
+
+import time
+
+import numpy as np
+import torch
+
+from attncourse.data import TrainedModel
+from attncourse.progress import progress
+from attncourse.seed import set_seed
+
+from .masking import sequence_mask
+from .seq2seq import Decoder, Encoder, greedy_decode
+
+__all__ = [
+    "build_seq2seq",
+    "greedy_translate",
+    "sequence_accuracy",
+    "teacher_forced_predict",
+    "train_and_evaluate",
+    "train_seq2seq",
+]
+
+
+def build_seq2seq(task, attention, embed_dim, hidden_dim):
+    """An (Encoder, Decoder) pair sized for ``task``; style2 gets the task's
+    longest source as its fixed max_src_len."""
+    max_src_len = task.max_src_len if attention == "style2" else None
+    encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim)
+    decoder = Decoder(len(task.tgt_vocab), embed_dim, hidden_dim, attention,
+                      max_src_len=max_src_len)
+    return encoder, decoder
+
+
+def _src_mask(src_lens, src_len):
+    return sequence_mask(src_lens, src_len)[:, 0]  # (batch, src_len), True = token
+
+
+def _loss(encoder, decoder, src, src_lens, tgt_in, tgt_out):
+    """Mean cross-entropy over the real (non-padding) target tokens."""
+    enc_outputs, state = encoder(src, src_lens)        # (B, S, H), (B, H)
+    logits, _ = decoder(tgt_in, state, enc_outputs,
+                        _src_mask(src_lens, src.shape[1]))  # (B, T, V)
+    losses = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), tgt_out, reduction="none")  # (B, T)
+    real = (tgt_out != 0).to(losses.dtype)             # 0 = <pad>
+    return (losses * real).sum() / real.sum()
+
+
+def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
+                  clip_norm=1.0, seed=0, desc=None):
+    """Adam on random minibatches of task.train; returns the losses (steps,).
+
+    Each step draws batch_size training pairs without replacement (seeded by
+    ``seed``), computes the teacher-forced loss and clips the gradient's
+    global norm to clip_norm. A tqdm bar shows progress.
+    """
+    params = list(encoder.parameters()) + list(decoder.parameters())
+    optimizer = torch.optim.Adam(params, lr=learning_rate)
+    rng = np.random.default_rng(seed)
+    train = task.train
+    arrays = [torch.as_tensor(a) for a in
+              (train.src, train.src_lens, train.tgt_in, train.tgt_out)]
+    batch_size = min(batch_size, len(train))
+    losses = []
+    encoder.train()
+    decoder.train()
+    bar = progress(range(steps), desc=desc or f"{decoder.attention} (torch)")
+    for _ in bar:
+        idx = torch.as_tensor(rng.choice(len(train), batch_size, replace=False))
+        loss = _loss(encoder, decoder, *(a[idx] for a in arrays))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    return np.array(losses)
+
+
+@torch.no_grad()
+def teacher_forced_predict(encoder, decoder, task, split="test"):
+    """Next-token predictions when the decoder reads the TRUE previous tokens.
+
+    Returns (tokens (N, T) int64, weights (N, T, S)) as NumPy arrays, T =
+    task.max_tgt_len: row i, step t is the argmax after reading tgt_in[i, :t+1].
+    """
+    data = task.split(split)
+    src, lens = torch.as_tensor(data.src), torch.as_tensor(data.src_lens)
+    enc_outputs, state = encoder(src, lens)
+    logits, weights = decoder(torch.as_tensor(data.tgt_in), state, enc_outputs,
+                              _src_mask(lens, src.shape[1]))
+    return logits.argmax(-1).numpy(), weights.numpy()
+
+
+def greedy_translate(encoder, decoder, task, split="test", max_len=None):
+    """Greedy decoding of a split: the decoder reads its OWN previous output.
+
+    Returns (tokens (N, steps) int64, weights (N, steps, S)) as NumPy arrays;
+    max_len defaults to task.max_tgt_len (the longest target + <eos>).
+    """
+    data = task.split(split)
+    v = task.tgt_vocab
+    tokens, weights = greedy_decode(
+        encoder, decoder, torch.as_tensor(data.src),
+        torch.as_tensor(data.src_lens), v.bos_id, v.eos_id,
+        max_len or task.max_tgt_len)
+    return tokens.numpy(), weights.numpy()
+
+
+def sequence_accuracy(encoder, decoder, task, split="test"):
+    """Exact-match accuracy of greedy translations: the fraction of sentences
+    whose output, up to its first <eos>, equals the target exactly."""
+    tokens, _ = greedy_translate(encoder, decoder, task, split)
+    data = task.split(split)
+    hits = [task.tgt_vocab.decode(row) == tgt
+            for row, (_, tgt) in zip(tokens, data.pairs, strict=True)]
+    return float(np.mean(hits))
+
+
+def train_and_evaluate(task, attention, config, desc=None):
+    """Seed, build, train with ``config`` (an attncourse.data.TrainConfig) and
+    measure test exact-match accuracy. Returns an attncourse.data.TrainedModel
+    (encoder, decoder, losses, accuracy, seconds)."""
+    start = time.perf_counter()
+    set_seed(config.seed)
+    encoder, decoder = build_seq2seq(task, attention, config.embed_dim,
+                                     config.hidden_dim)
+    losses = train_seq2seq(encoder, decoder, task, config.steps,
+                           config.batch_size, config.learning_rate,
+                           config.clip_norm, config.seed, desc)
+    encoder.eval()
+    decoder.eval()
+    accuracy = sequence_accuracy(encoder, decoder, task, "test")
+    return TrainedModel(encoder, decoder, losses, accuracy,
+                        time.perf_counter() - start)
