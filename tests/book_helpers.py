@@ -1,30 +1,19 @@
 """Read the book's sources and its built HTML (used by test_book*.py)."""
 
 import re
+import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+from execute_parallel import is_notebook, toc_names  # noqa: E402  (the build's own)
+
 FRAMEWORK_TAGS = ("tensorflow", "pytorch")
 
 
 def toc_files() -> list[str]:
     """Every document named in _toc.yml, in reading order (without suffix)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections"))
-            walk(entry.get("chapters"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return files
+    return toc_names(ROOT / "_toc.yml")
 
 
 def source_path(doc: str) -> Path:
@@ -33,12 +22,6 @@ def source_path(doc: str) -> Path:
         if path.exists():
             return path
     raise FileNotFoundError(doc)
-
-
-def is_notebook(path: Path) -> bool:
-    """A MyST Markdown notebook: jupytext front matter with a kernelspec."""
-    text = path.read_text()
-    return text.startswith("---\n") and "kernelspec:" in text.split("\n---\n")[0]
 
 
 CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 READER = {"type": "plugin", "name": "myst_nb_md"}  # how myst-nb registers .md files
 
 
-def toc_documents(root: Path, toc_file: Path) -> list[Path]:
+def toc_names(toc_file: Path) -> list[str]:
+    """Every document a jb-book _toc.yml names, in reading order (no suffix)."""
     toc = yaml.safe_load(toc_file.read_text())
     names = [toc["root"]]
 
@@ -40,12 +41,18 @@ def toc_documents(root: Path, toc_file: Path) -> list[Path]:
     for part in toc.get("parts", []):
         walk(part.get("chapters"))
     walk(toc.get("chapters"))
-    return [root / f"{name}.md" for name in names if (root / f"{name}.md").exists()]
+    return names
+
+
+def toc_documents(root: Path, toc_file: Path) -> list[Path]:
+    paths = [root / f"{name}.md" for name in toc_names(toc_file)]
+    return [path for path in paths if path.exists()]
 
 
 def is_notebook(path: Path) -> bool:
-    head = path.read_text().split("\n---\n", 1)[0]
-    return path.read_text().startswith("---\n") and "kernelspec:" in head
+    """A MyST Markdown notebook: jupytext front matter with a kernelspec."""
+    text = path.read_text()
+    return text.startswith("---\n") and "kernelspec:" in text.split("\n---\n", 1)[0]
 
 
 def main(argv=None) -> int:
