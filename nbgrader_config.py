@@ -6,6 +6,12 @@
 
 One command grades a batch: `python -m attncourse.grading.grade_all` (see
 solutions/README.md); the plain nbgrader commands work from this folder too.
+
+Autograde runs every student kernel in a bubblewrap sandbox and judges the
+hidden tests outside it (solutions/GRADING_SECURITY.md): the autograde
+pipeline below replaces nbgrader's Execute with GuardedExecute (sandboxed
+kernel, time/memory/process limits, crash recovery) and adds JudgeHiddenTests
+(verdicts in this process) before SaveAutoGrades.
 """
 
 import os
@@ -32,11 +38,28 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+from nbconvert.preprocessors import (  # noqa: E402
+    ClearMetadataPreprocessor,
+    CSSHTMLHeaderPreprocessor,
+)
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearHiddenTests,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
 
+from attncourse.grading.guard import GuardedExecute  # noqa: E402
 from attncourse.grading.hooks import strip_hidden  # noqa: E402
 from attncourse.grading.noise import STDERR_NOISE  # noqa: E402
+from attncourse.grading.verdicts import JudgeHiddenTests  # noqa: E402
+
+# Grader-only state: the secret that seeds grading inputs, staged submissions,
+# event logs. Never mounted in the sandbox, never released.
+STATE = ROOT / ".grading"
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 
@@ -51,8 +74,10 @@ c.CourseDirectory.db_url = os.environ.get(
     "NBGRADER_DB_URL", f"sqlite:///{ROOT / 'gradebook.db'}"
 )
 
-# Hidden reference data (solutions/<id>/hidden/) is copied to autograded/ where
-# the hidden tests read it, but deleted from the release and the feedback.
+# Hidden reference data (solutions/<id>/hidden/) is deleted from the release and
+# the feedback. nbgrader still copies it to autograded/, which the sandboxed
+# kernels never see: the verdict is computed in the grader, on inputs drawn per
+# grading run (attncourse.grading.fresh).
 c.GenerateAssignment.post_convert_hook = strip_hidden(ROOT / RELEASE)
 c.GenerateFeedback.post_convert_hook = strip_hidden(ROOT / FEEDBACK)
 # Feedback shows the graded notebook; strip the hidden tests' source from it
@@ -65,9 +90,27 @@ c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests,
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = STDERR_NOISE
 
-# Importing TensorFlow and PyTorch takes several seconds per kernel.
-c.Execute.timeout = 300
+# Sandboxed grading (see the module docstring). GuardedExecute takes its
+# per-cell limit from Execute.timeout; memory/process limits and the sandbox
+# switch are SandboxedKernelManager traits (grade_all has flags for them).
+c.Autograde.autograde_preprocessors = [
+    GuardedExecute, IgnorePattern, JudgeHiddenTests, ClearMetadataPreprocessor,
+    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+]
+c.GuardedExecute.state_dir = str(STATE)
+c.JudgeHiddenTests.state_dir = str(STATE)
+c.GuardedExecute.notebook_timeout = 900
+
+# Per-cell wall clock. The kernel imports TensorFlow and PyTorch while it
+# starts (startup_timeout), before the first cell.
+c.Execute.timeout = 120
 c.Execute.startup_timeout = 120
 # Stop each kernel at once when its notebook is done (a graceful TensorFlow +
 # PyTorch shutdown adds seconds per submission and changes nothing).
 c.Execute.shutdown_kernel = "immediate"
+
+if "autograde" in sys.argv[1:3] and not os.environ.get("ATTNCOURSE_GRADE_ALL"):
+    # plain `nbgrader autograde`: still sandboxed, but submissions are not staged
+    print("attncourse: prefer `python -m attncourse.grading.grade_all` -- it also "
+          "repairs or rejects broken submissions and writes the grading report",
+          file=sys.stderr)

@@ -1,9 +1,11 @@
 """nbgrader hooks that keep the hidden reference data away from students.
 
 nbgrader copies every non-notebook file of ``solutions/<assignment>/`` into the
-release (``generate_assignment``) and into ``autograded/`` (``autograde``, where
-the hidden tests need it), and ``generate_feedback`` copies the autograded
-folder's files into ``feedback/``. ``CourseDirectory.ignore`` cannot be used:
+release (``generate_assignment``) and into ``autograded/`` (``autograde``; the
+sandboxed kernels never see ``autograded/`` -- the verdict is computed in the
+grader, see solutions/GRADING_SECURITY.md -- but an in-kernel ``check`` outside
+sandboxed grading reads it there), and ``generate_feedback`` copies the
+autograded folder's files into ``feedback/``. ``CourseDirectory.ignore`` cannot be used:
 it would also keep the data out of ``autograded/``. So nbgrader_config.py sets
 
     c.GenerateAssignment.post_convert_hook = strip_hidden(<release dir>)

@@ -1,0 +1,111 @@
+"""What happened while grading one submission: flags and notes, per phase.
+
+Each phase of the grading command -- ``stage`` (reading and repairing the
+submitted files), ``execute`` (running the notebook, ``guard``), ``verdicts``
+(judging the hidden tests, ``verdicts``) -- writes its own section of
+``<state dir>/log/<assignment>/<student>.json``; re-running a phase replaces
+its section, so regrading is idempotent. ``report`` reads them back.
+
+Flags (one word each, see FLAGS) summarise; notes say what exactly happened,
+in the words the log and the report print.
+"""
+
+import json
+import re
+from pathlib import Path
+
+FLAGS = {
+    # stage
+    "missing": "no notebook submitted for this assignment",
+    "malformed": "the notebook file is empty, not JSON or not a notebook",
+    "wrong-assignment": "the notebook belongs to another assignment",
+    "renamed": "the notebook had another file name; it was graded",
+    "extra-files": "other files were submitted; they were not given to the kernel",
+    "shadowing": "a submitted file has the name of a module (e.g. numpy.py); removed",
+    "old-format": "an older notebook format; converted to nbformat 4.5",
+    "kernelspec": "the notebook asked for another kernel; graded with python3",
+    "edited-tests": "test or locked cells were deleted, edited, moved or "
+                    "duplicated; the originals were graded",
+    "suspicious": "the code uses things tests never need (exits, ctypes, "
+                  "sockets, grader files, ...); for review, no effect on the score",
+    # execute
+    "timeout": "a cell or the notebook ran out of time",
+    "crashed": "the kernel died (exit, segfault, killed) and was restarted",
+    "memory": "a cell ran out of memory",
+    "runaway": "processes or threads were left running; they were killed",
+    "output-limit": "a cell printed too much; the output was truncated",
+    "syntax-error": "a cell has a syntax error",
+    "unsandboxed": "graded WITHOUT the sandbox (--no-sandbox)",
+    "grader-error": "the grader failed on this submission (see the log)",
+    # verdicts
+    "tampered": "the code changed what grading relies on; later tests score 0",
+}
+
+_SAFE = re.compile(r"[^A-Za-z0-9._@+-]")
+
+
+def path(state_dir, assignment: str, student: str) -> Path:
+    name = _SAFE.sub("_", student) or "_"
+    return Path(state_dir) / "log" / _SAFE.sub("_", assignment) / f"{name}.json"
+
+
+class Events:
+    """Collects one phase's flags and notes; ``save()`` writes them."""
+
+    def __init__(self, state_dir, assignment: str, student: str, phase: str, log=None):
+        self.file = path(state_dir, assignment, student) if state_dir else None
+        self.assignment, self.student, self.phase = assignment, student, phase
+        self.flags: dict[str, list[str]] = {}
+        self.notes: list[str] = []
+        self.log = log
+
+    def flag(self, name: str, note: str = "") -> None:
+        assert name in FLAGS, name
+        notes = self.flags.setdefault(name, [])
+        if note and note not in notes:
+            notes.append(note)
+            self.note(f"[{name}] {note}")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        if self.log is not None:
+            self.log.warning("%s/%s: %s", self.student, self.assignment, text)
+
+    def save(self) -> None:
+        if self.file is None:
+            return
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        data = read_file(self.file)
+        data[self.phase] = {"flags": self.flags, "notes": self.notes}
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(self.file)
+
+
+def read_file(file) -> dict:
+    try:
+        return json.loads(Path(file).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def load(state_dir, assignment: str, student: str) -> dict:
+    """{"flags": {flag: [notes]}, "notes": [...]} over every phase."""
+    data = read_file(path(state_dir, assignment, student))
+    flags, notes = {}, []
+    for phase in ("stage", "execute", "verdicts", "finish"):
+        section = data.get(phase) or {}
+        for name, items in (section.get("flags") or {}).items():
+            merged = flags.setdefault(name, [])
+            merged.extend(i for i in items if i not in merged)
+        notes.extend(section.get("notes") or [])
+    return {"flags": flags, "notes": notes}
+
+
+def clear(state_dir, assignment: str, student: str, phases) -> None:
+    file = path(state_dir, assignment, student)
+    data = read_file(file)
+    if any(p in data for p in phases):
+        for p in phases:
+            data.pop(p, None)
+        file.write_text(json.dumps(data, indent=1, sort_keys=True))
