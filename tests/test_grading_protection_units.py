@@ -109,6 +109,19 @@ def test_old_formats_are_converted(tmp_path):
     assert "nbformat 3.0" in q.flags["old-format"][0]
 
 
+def test_nbgrader_files_are_kept_and_not_extra(tmp_path):
+    folder = tmp_path / "s" / A
+    folder.mkdir(parents=True)
+    (folder / f"{A}.ipynb").write_text(nbformat.writes(release()))
+    for name in (staging.TIMESTAMP, staging.SECRET):
+        (folder / name).write_text("x")
+    q = Quiet()
+    path = staging.stage_one(folder, tmp_path / "out", A, {A: release()}, q)
+    assert q.flags == {}
+    assert {p.name for p in path.parent.iterdir()} == {
+        f"{A}.ipynb", staging.TIMESTAMP, staging.SECRET}
+
+
 def test_shadowing_names():
     for name in ("numpy.py", "torch.py", "attncourse", "math.py", "os.py",
                  "tensorflow", "json.py"):

@@ -48,7 +48,8 @@ TIMESTAMP = "timestamp.txt"
 # The exchange's key for returning feedback (nbgrader release_feedback reads it
 # from feedback/<student>/<assignment>/); it travels with the submission.
 SECRET = "submission_secret.txt"
-IGNORED = {".ipynb_checkpoints", "__MACOSX", ".DS_Store", "__pycache__", TIMESTAMP}
+IGNORED = {".ipynb_checkpoints", "__MACOSX", ".DS_Store", "__pycache__", TIMESTAMP,
+           SECRET}
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 SUSPICIOUS = {
     "exits the kernel": r"\bos\._exit\b|\bsys\.exit\b|(?<![\w.])(?:exit|quit)\(",
