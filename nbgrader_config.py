@@ -33,11 +33,6 @@ if str(ROOT) not in _path:
 _bin = str(Path(sys.executable).parent)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
-# Quiet kernels: TensorFlow's C++ logging is stderr, and stderr costs points.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 from nbconvert.preprocessors import (  # noqa: E402
     ClearMetadataPreprocessor,
     CSSHTMLHeaderPreprocessor,
@@ -52,6 +47,8 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
+# Quiet kernels (TF log settings, inherited by every kernel): stderr costs points.
+import attncourse._quiet  # noqa: E402,F401
 from attncourse.grading.guard import GuardedExecute  # noqa: E402
 from attncourse.grading.hooks import strip_hidden  # noqa: E402
 from attncourse.grading.noise import STDERR_NOISE  # noqa: E402
