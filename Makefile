@@ -11,7 +11,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench bench-attention bench-build bench-grading grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -19,17 +19,21 @@ help:
 	@echo "make serve  - serve the built site on http://localhost:8000"
 	@echo "make lab    - open the course in JupyterLab"
 	@echo "make lint   - ruff"
-	@echo "make bench  - benchmarks; figures go to _build/bench/ (JSON + markdown)"
+	@echo "make bench  - benchmarks (attention speed, book build, grading); figures go to"
+	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
+	@echo "              bench-build, bench-grading"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
 	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
 venv: $(STAMP)
 
-# Debian packages the browser, sandbox and classroom tests use (root; CI runs it).
+# Debian packages the browser, sandbox, classroom and gradebook tests use
+# (root; CI runs it): Chromium, bubblewrap, PostgreSQL (the tests start their own
+# server; the package's default cluster is not used).
 system-deps:
 	apt-get update
-	apt-get install -y --no-install-recommends chromium bubblewrap
+	apt-get install -y --no-install-recommends chromium bubblewrap postgresql
 
 # The JupyterHub proxy for the classroom test (npm registry, pinned in the lock file).
 CHP := classroom/node_modules/.package-lock.json
@@ -63,9 +67,21 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check attncourse tests book/_ext bench nbgrader_config.py
 
-bench: $(STAMP)
+# Benchmarks (figures, never pass/fail): each writes <name>.json + <name>.md to
+# _build/bench/. `make bench` runs all three, one after the other (~30 min).
+bench: bench-attention bench-build bench-grading
+
+bench-attention: $(STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/attention_speed.py --out _build/bench/attention_speed.json
+
+bench-build: $(STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/book_build.py --out _build/bench/book_build.json
+
+bench-grading: $(STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/grading_speed.py --out _build/bench/grading_speed.json
 
 grade: $(STAMP)
 	$(BIN)/python -m attncourse.grading.grade_all

@@ -1,20 +1,22 @@
 """The exercises through the real nbgrader CLI, end to end.
 
-Two temporary copies of the course (the assignments split in halves) are graded
-in parallel -- one per CPU core -- with the documented batch command,
-``python -m attncourse.grading.grade_all`` (nbgrader generate_assignment,
-autograde, generate_feedback, export). Every assignment gets submissions built
-from the committed release: the reference solution, the unmodified release,
-two students with one typical TensorFlow bug and one typical PyTorch bug each
-(test_exercises_bugs.BUGS: students bug1 and bug2 carry the six mistakes the
-feedback must name -- missing 1/sqrt(d_k), softmax over the wrong axis,
-inverted mask, transposed weights, forgotten output projection, wrong head
-split -- and more; bug3 runs in process only, to keep this module within its
-time budget), and, for key-value-masking, a correct solution that writes
-framework warnings to stderr. The repository is not touched.
+A temporary copy of the course is graded with the documented batch command,
+``python -m attncourse.grading.grade_all --workers 2`` (nbgrader
+generate_assignment, autograde in two processes at once -- one per CPU core --,
+generate_feedback, export): every submission must be graded exactly once.
+Every assignment gets submissions built from the committed release: the
+reference solution, the unmodified release, two students with one typical
+TensorFlow bug and one typical PyTorch bug each (test_exercises_bugs.BUGS:
+students bug1 and bug2 carry the six mistakes the feedback must name --
+missing 1/sqrt(d_k), softmax over the wrong axis, inverted mask, transposed
+weights, forgotten output projection, wrong head split -- and more; bug3 runs
+in process only, to keep this module within its time budget), and, for
+key-value-masking, a correct solution that writes framework warnings to
+stderr. The repository is not touched.
 """
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -37,9 +39,9 @@ from attncourse.grading import notebooks as nbs
 
 pytestmark = pytest.mark.exercises
 
-GROUPS = (("addressing", "scoring-functions", "soft-hard-attention"),
-          ("key-value-masking", "self-attention", "multi-head"))
-TIMEOUT = 1200  # seconds for one copy's whole batch
+GROUPS = (tuple(ASSIGNMENTS),)  # one course copy with every assignment
+WORKERS = 2
+TIMEOUT = 1500  # seconds for one copy's whole batch
 STUDENTS = ("bug1", "bug2")  # bug3: in process only (test_exercises_bugs)
 NAMED = {"missing-scale", "softmax-axis", "inverted-mask", "transposed-weights",
          "missing-output-projection", "head-split-without-transpose"}
@@ -100,7 +102,8 @@ def graded(tmp_path_factory):
     for root in roots:
         log = open(root / "grade_all.log", "w")
         procs.append((root, log, subprocess.Popen(
-            [sys.executable, "-m", "attncourse.grading.grade_all"], cwd=root,
+            [sys.executable, "-m", "attncourse.grading.grade_all", "--workers",
+             str(WORKERS)], cwd=root,
             env=environment(root), stdout=log, stderr=subprocess.STDOUT)))
     codes = {}
     for root, log, proc in procs:
@@ -126,10 +129,35 @@ def test_batch_grading_command_succeeds(graded):
     for root, code in graded["codes"].items():
         assert code == 0, log_tail(root)
         rows = list(csv.DictReader(open(root / "grades.csv")))
-        graded_pairs = {(r["assignment"], r["student_id"]) for r in rows}
-        mine = {(a, s) for a, s in graded["scores"]
-                if (root / "solutions" / a).exists()}
-        assert mine <= graded_pairs
+        graded_pairs = [(r["assignment"], r["student_id"]) for r in rows]
+        submitted = {(p.parent.name, p.parent.parent.name)
+                     for p in (root / "submitted").glob("*/*/*.ipynb")}
+        # every submission graded, once: nothing lost, nothing counted twice
+        # (the export has a row per student and assignment, submitted or not)
+        assert len(graded_pairs) == len(set(graded_pairs))
+        assert submitted <= set(graded_pairs)
+        assert set(graded["scores"]) == submitted
+
+
+def test_grading_ran_in_parallel_workers_on_disjoint_parts(graded):
+    for root in graded["roots"]:
+        report = json.loads((root / "grading-report.json").read_text())
+        assert report["workers"] == WORKERS
+        log = (root / "grade_all.log").read_text()
+        for k in range(WORKERS):
+            assert f"[w{k}] " in log
+        # each submission was converted by exactly one worker
+        for a, s in graded["scores"]:
+            converted = [line for line in log.splitlines() if "Converting notebook"
+                         in line and f"/{s}/{a}/{a}.ipynb" in line
+                         and "/parts/" in line]
+            assert len(converted) == 1, (a, s, converted)
+        # the report records where the time went
+        assert report["steps"]["autograde"] > 0
+        for row in report["rows"]:
+            t = row["timings"]
+            assert t["kernel_start"] > 0 and t["cells"] > 0
+            assert t["notebook"] >= t["kernel_start"] + t["cells"]
 
 
 @pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
@@ -197,7 +225,7 @@ def test_without_ignore_pattern_the_warnings_would_cost_points(graded):
     """Proof that the warnings really reach stderr in graded cells: regrade the
     warning student with IgnorePattern disabled (runs last: it rewrites that
     student's grades)."""
-    root = graded["roots"][1]
+    root = graded["roots"][-1]
     assignment = next(iter(WARNING_EDITS))
     assert (root / "solutions" / assignment).exists()
     subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment,

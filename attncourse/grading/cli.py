@@ -9,16 +9,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``python -m nbgrader <args>`` from the course root, output passed through."""
-    cmd = [sys.executable, "-m", "nbgrader", *args]
-    print("$ nbgrader " + " ".join(args), flush=True)
-    start = time.monotonic()
-    env = dict(os.environ)
+def nbgrader_command(*args: str, env=None) -> tuple[list[str], dict]:
+    """The command line and environment of ``python -m nbgrader <args>``."""
+    env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONHASHSEED", "0")
     # nbgrader runs `alembic` from PATH: use the one beside this Python
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    return [sys.executable, "-m", "attncourse.grading.nbgrader_main", *args], env
+
+
+def nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m nbgrader <args>`` from the course root, output passed through."""
+    cmd, env = nbgrader_command(*args)
+    print("$ nbgrader " + " ".join(args), flush=True)
+    start = time.monotonic()
     result = subprocess.run(cmd, cwd=root, env=env)
     print(f"  ({time.monotonic() - start:.0f} s)", flush=True)
     if check and result.returncode:

@@ -57,6 +57,7 @@ class Events:
         self.assignment, self.student, self.phase = assignment, student, phase
         self.flags: dict[str, list[str]] = {}
         self.notes: list[str] = []
+        self.timings: dict[str, float] = {}  # seconds per step (benchmarks)
         self.log = log
 
     def flag(self, name: str, note: str = "") -> None:
@@ -71,12 +72,18 @@ class Events:
         if self.log is not None:
             self.log.warning("%s/%s: %s", self.student, self.assignment, text)
 
+    def time(self, step: str, seconds: float) -> None:
+        """Add ``seconds`` to the time spent in ``step`` (kernel start, cells...)."""
+        self.timings[step] = round(self.timings.get(step, 0.0) + seconds, 4)
+
     def save(self) -> None:
         if self.file is None:
             return
         self.file.parent.mkdir(parents=True, exist_ok=True)
         data = read_file(self.file)
         data[self.phase] = {"flags": self.flags, "notes": self.notes}
+        if self.timings:
+            data[self.phase]["timings"] = self.timings
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         tmp.replace(self.file)
@@ -100,6 +107,12 @@ def load(state_dir, assignment: str, student: str) -> dict:
             merged.extend(i for i in items if i not in merged)
         notes.extend(section.get("notes") or [])
     return {"flags": flags, "notes": notes}
+
+
+def timings(state_dir, assignment: str, student: str, phase: str = "execute") -> dict:
+    """Seconds per step that ``phase`` recorded for one submission ({} if none)."""
+    data = read_file(path(state_dir, assignment, student))
+    return dict((data.get(phase) or {}).get("timings") or {})
 
 
 def clear(state_dir, assignment: str, student: str, phases) -> None:

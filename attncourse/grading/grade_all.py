@@ -1,6 +1,6 @@
 """Grade every submission: sandboxed autograde, feedback, grades, report.
 
-    python -m attncourse.grading.grade_all [--force] [--no-sandbox]
+    python -m attncourse.grading.grade_all [--force] [--no-sandbox] [--workers N]
         [--cell-timeout S] [--notebook-timeout S] [--memory GIB]
         [--students A,B] [--report PATH] [ASSIGNMENT ...]
 
@@ -15,13 +15,17 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
    (``attncourse.grading.references --check``);
 2. ``nbgrader generate_assignment "*" --force`` -- records the current hidden
    tests in gradebook.db (autograde restores them from there) and refreshes
-   the release;
+   the release; this step, and creating the students' rows, hold a lock on the
+   gradebook (``attncourse.grading.parallel``), so graders sharing one
+   PostgreSQL gradebook (``NBGRADER_DB_URL``) can run at the same time on
+   different students;
 3. stage the submissions (``attncourse.grading.staging``): unreadable,
    missing or foreign notebooks are set aside, the rest rebuilt on the release
    in ``.grading/staged/`` (``submitted/`` is never changed);
 4. ``nbgrader autograde "*"`` on the staged copies -- every student in one
-   call; each kernel runs in the sandbox, hidden tests are judged outside it
-   (``--force`` regrades submissions graded before);
+   call, or with ``--workers N`` in N processes at once, each on its own part
+   of the submissions; each kernel runs in the sandbox, hidden tests are
+   judged outside it (``--force`` regrades submissions graded before);
 5. gives every submission that could not be graded a gradebook row with 0
    points (nbgrader's gradebook API, ``auto_score``);
 6. ``nbgrader generate_feedback "*"`` -- then checks that the feedback holds
@@ -29,19 +33,22 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 7. ``nbgrader export --to grades.csv`` -- one row per student and assignment;
 8. prints a table -- score per part, flags such as timeout / crashed /
    tampered / missing -- and writes it to ``grading-report.json`` and
-   ``grading-report.md`` (``--report``).
+   ``grading-report.md`` (``--report``), with the seconds each step took and,
+   per submission, the kernel's start, cell and check times.
 
 Release feedback to students only after this command succeeds.
 """
 
 import argparse
+import contextlib
 import html
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
-from . import events, leaks, references, report, sandbox, staging
+from . import events, leaks, parallel, references, report, sandbox, staging
 from .cli import ROOT, assignments_in, nbgrader
 
 BANNER = "!" * 78
@@ -116,7 +123,22 @@ def main(argv=None) -> int:
     parser.add_argument("--memory", type=float, help="GiB of address space per process")
     parser.add_argument("--processes", type=int,
                         help="processes + threads per kernel")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="autograde processes at once (default 1; at most one "
+                             "per CPU core is useful)")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    steps: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(name):
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            steps[name] = round(steps.get(name, 0) + time.monotonic() - began, 2)
+
     root = args.root.resolve()
     os.environ["ATTNCOURSE_GRADE_ALL"] = "1"  # inherited by nbgrader
     settings = course_config(root)
@@ -151,9 +173,12 @@ def main(argv=None) -> int:
         print("sandbox: bubblewrap OK (no network, read-only system, no course "
               "files, limits per kernel)", flush=True)
 
+    began = time.monotonic()
     present = args.assignments or assignments_in(root)
-    if references.main(["--check", "--no-crosscheck", "--root", str(root), *present]):
-        return 1
+    with step("check references"):
+        if references.main(["--check", "--no-crosscheck", "--root", str(root),
+                            *present]):
+            return 1
     todo = [a for a in present if submitted(root, a)]
     if not todo:
         print("no submissions found under submitted/<student>/<assignment>/")
@@ -163,22 +188,31 @@ def main(argv=None) -> int:
         print(f"== {assignment}: {', '.join(submitted(root, assignment))}")
     # one nbgrader process per step: "*" covers every assignment at once
     batch = ["*"] if not args.assignments else todo
-    for assignment in batch:
-        nbgrader(root, "generate_assignment", assignment, "--force")
+    db, course = settings["db_url"], settings["course_id"]
+    with step("generate"), parallel.gradebook_lock(db):
+        for assignment in batch:
+            nbgrader(root, "generate_assignment", assignment, "--force")
 
     students = set(args.students.split(",")) if args.students else None
-    staged = staging.stage(root, state, todo, students)
+    with step("stage"):
+        staged = staging.stage(root, state, todo, students)
     ungradable = [s for s in staged if s.notebook is None]
     for s in ungradable:
         events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
-    if len(ungradable) < len(staged):
-        staged_dir = str(state / "staged")
-        for assignment in batch:
-            nbgrader(root, "autograde", assignment,
-                     f"--CourseDirectory.submitted_directory={staged_dir}",
-                     *force, *overrides, check=False)
+    with parallel.gradebook_lock(db):
+        parallel.ensure_students(db, course, {s.student for s in staged})
+    gradable = [s for s in staged if s.notebook is not None]
+    with step("autograde"):
+        if gradable and args.workers > 1:
+            parallel.run_workers(root, state, gradable, batch, args.workers,
+                                 [*force, *overrides])
+        elif gradable:
+            staged_dir = str(state / "staged")
+            for assignment in batch:
+                nbgrader(root, "autograde", assignment,
+                         f"--CourseDirectory.submitted_directory={staged_dir}",
+                         *force, *overrides, check=False)
 
-    db, course = settings["db_url"], settings["course_id"]
     for s in staged:
         ev = events.Events(state, s.assignment, s.student, "finish")
         if s.notebook is not None and not report.graded(db, course, s.assignment,
@@ -193,15 +227,18 @@ def main(argv=None) -> int:
                           s.events.notes + ev.notes)
         ev.save()
 
-    for assignment in batch:
-        nbgrader(root, "generate_feedback", assignment, *force)
-    problems = leaks.scan_release(root) + leaks.scan_feedback(root)
+    with step("feedback"):
+        for assignment in batch:
+            nbgrader(root, "generate_feedback", assignment, *force)
+    with step("leak scan"):
+        problems = leaks.scan_release(root) + leaks.scan_feedback(root)
     for p in problems:
         print("LEAK:", p)
     if problems:
         print("do NOT release this feedback")
         return 1
-    nbgrader(root, "export", "--to", args.to)
+    with step("export"):
+        nbgrader(root, "export", "--to", args.to)
     print(f"grades written to {root / args.to}")
 
     limits = {"cell": f"{settings['cell_timeout']} s",
@@ -211,6 +248,8 @@ def main(argv=None) -> int:
     result = report.build(db, course, state,
                           [(s.assignment, s.student) for s in staged],
                           sandboxed=not args.no_sandbox, limits=limits)
+    steps["total"] = round(time.monotonic() - began, 2)
+    result["workers"], result["steps"] = args.workers, steps
     json_path, md_path = report.write(result, root / args.report)
     print()
     print(report.table(result))

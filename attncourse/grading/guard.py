@@ -45,7 +45,7 @@ from nbgrader.utils import is_grade
 from traitlets import Integer, Unicode
 
 from . import events as _events
-from . import fresh, reference, tasks
+from . import fresh, reference, sandbox, tasks
 from .observations import OURS
 from .sandbox import SandboxedKernelManager
 
@@ -120,6 +120,7 @@ class GuardedExecute(Execute):
         self._out_chars = self._ours_chars = 0
         self._truncated = set()
         self.restarts = 0
+        began = monotonic()
         try:
             ctx["reference"] = self._prepare_inputs()
             self._deadline = monotonic() + self.notebook_timeout
@@ -133,6 +134,7 @@ class GuardedExecute(Execute):
         finally:
             self._stop()
             shutil.rmtree(self.tmp, ignore_errors=True)
+            self.events.time("notebook", monotonic() - began)
             self.events.save()
         return self.nb, self.resources
 
@@ -189,10 +191,12 @@ class GuardedExecute(Execute):
         if not self.km.sandbox:
             self.events.flag("unsandboxed", "the kernel ran without the sandbox")
         self._kill_reason = None
+        began = monotonic()
         try:
             self.start_new_kernel(cwd=str(rundir))
             self.start_new_kernel_client()
             self.wait_for_reply(self.kc.kernel_info())
+            self.events.time("kernel_start", monotonic() - began)
         except Exception as exc:  # noqa: BLE001
             reason = self._death_reason() or f"{type(exc).__name__}: {exc}"
             self.events.flag("crashed", f"the kernel could not start: {reason}")
@@ -203,6 +207,7 @@ class GuardedExecute(Execute):
 
     def _stop(self):
         km = getattr(self, "km", None)
+        began = monotonic()
         if km is not None:
             pids = km.all_pids()
             try:
@@ -211,10 +216,11 @@ class GuardedExecute(Execute):
                 self.log.debug("kernel cleanup failed", exc_info=True)
             shutil.rmtree(km.rundir, ignore_errors=True)
             end = monotonic() + 5  # let a killed sandbox's processes go away
-            while monotonic() < end and any(os.path.exists(f"/proc/{p}") for p in pids):
+            while monotonic() < end and any(sandbox.running(p) for p in pids):
                 import time
 
                 time.sleep(0.05)
+            self.events.time("kernel_stop", monotonic() - began)
         self.km = self.kc = None
 
     def _restart(self, history):
@@ -287,6 +293,7 @@ class GuardedExecute(Execute):
         self._out_chars = self._ours_chars = 0
         self._truncated = set()
         by_deadline = self._remaining() < (self.timeout or 10**9)
+        began = monotonic()
         try:
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
@@ -314,6 +321,8 @@ class GuardedExecute(Execute):
                              + (" (notebook time limit)" if by_deadline else ""))
             self.status[index] = "timeout"
             return "timeout"
+        finally:
+            self.events.time("cells", monotonic() - began)
         self.status[index] = "ran"
         if self._timed_out(cell):
             self.events.flag("timeout", f"{label(cell, index)}: interrupted after "
@@ -339,6 +348,13 @@ class GuardedExecute(Execute):
 
     def _after_cell(self, cell, index) -> str:
         """Kill what the cell left running; restart if it left too many threads."""
+        began = monotonic()
+        try:
+            return self._check_leftovers(cell, index)
+        finally:
+            self.events.time("checks", monotonic() - began)
+
+    def _check_leftovers(self, cell, index) -> str:
         killed = self.km.kill_strays()
         if killed:
             self.events.flag("runaway", f"{label(cell, index)} left {killed} "

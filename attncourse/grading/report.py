@@ -72,7 +72,8 @@ def build(db_url, course_id, state_dir, pairs, sandboxed: bool, limits: dict) ->
             row = {"student": student, "assignment": assignment, "parts": {},
                    "score": 0.0, "max": 0.0, "graded": False,
                    "flags": sorted(ev["flags"]), "details": ev["flags"],
-                   "notes": ev["notes"]}
+                   "notes": ev["notes"],
+                   "timings": _events.timings(state_dir, assignment, student)}
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
@@ -134,6 +135,10 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['student']} | {r['assignment']} | " + " | ".join(cells)
                      + f" | {_num(r['score'])}/{_num(r['max'])} | "
                      + (", ".join(f"`{f}`" for f in r["flags"]) or "") + " |")
+    if report.get("steps"):
+        lines += ["", f"Seconds per step ({report.get('workers', 1)} autograde "
+                  f"worker(s)): " + ", ".join(f"{k} {v:g}" for k, v in
+                                              report["steps"].items())]
     flagged = [r for r in report["rows"] if r["flags"] or r["notes"]]
     if flagged:
         lines += ["", "## What happened", ""]

@@ -434,6 +434,13 @@ def _stat(pid) -> list[str] | None:
     return raw[raw.rindex(")") + 2:].split()  # fields after "(comm)"
 
 
+def running(pid) -> bool:
+    """True while ``pid`` exists and is not a zombie (a zombie holds no memory
+    or CPU; in a container its reaper may take a second or two)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
 def process_tree() -> dict:
     """{ppid: [pids]} of every process on the machine."""
     tree = {}

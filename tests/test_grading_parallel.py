@@ -1,0 +1,130 @@
+"""The pieces of parallel grading, without grading (fast).
+
+End to end: test_exercises_grading grades the whole course with two workers;
+test_gradebook_postgres runs two graders against one PostgreSQL gradebook.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attncourse.grading import events, parallel
+from attncourse.grading.cli import nbgrader_command
+
+BIN = str(Path(sys.executable).parent)
+
+
+def test_partition_covers_every_item_once_and_balances():
+    items = [(a, s) for a in "abc" for s in range(5)]
+    for workers in (1, 2, 3, 4, 20):
+        parts = parallel.partition(items, workers)
+        flat = [x for p in parts for x in p]
+        assert sorted(flat) == sorted(items) and len(flat) == len(set(flat))
+        assert len(parts) == min(workers, len(items))
+        sizes = [len(p) for p in parts]
+        assert max(sizes) - min(sizes) <= 1
+    # sorted by assignment, each part gets its share of every assignment
+    two = parallel.partition(items, 2)
+    for a in "abc":
+        counts = [sum(1 for x in p if x[0] == a) for p in two]
+        assert max(counts) - min(counts) <= 1
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        parallel.partition(items, 0)
+
+
+def test_worker_threads_split_the_cores_and_keep_explicit_settings():
+    assert parallel.threads_per_worker(2, cores=2) == 1
+    assert parallel.threads_per_worker(2, cores=8) == 4
+    assert parallel.threads_per_worker(16, cores=2) == 1
+    env = parallel.worker_env(2, base={"OMP_NUM_THREADS": "3"})
+    assert env["OMP_NUM_THREADS"] == "3"  # set by the instructor: kept
+    expected = str(parallel.threads_per_worker(2))
+    assert env["TF_NUM_INTRAOP_THREADS"] == expected
+
+
+def test_database_urls():
+    assert parallel.is_postgres("postgresql+psycopg2://u@h:5432/db")
+    assert parallel.is_postgres("postgresql://u@h/db")
+    assert not parallel.is_postgres("sqlite:///gradebook.db")
+    assert parallel.sqlite_path("sqlite:////course/gradebook.db") == \
+        Path("/course/gradebook.db")
+    assert parallel.sqlite_path("sqlite:///:memory:") is None
+    assert parallel.sqlite_path("postgresql://u@h/db") is None
+
+
+HOLD = """
+import sys, time
+from attncourse.grading import parallel
+with parallel.gradebook_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_sqlite_lock_makes_a_second_grader_wait(tmp_path):
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, url, "2"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    start = time.monotonic()
+    with parallel.gradebook_lock(url):
+        waited = time.monotonic() - start
+    holder.wait(timeout=30)
+    assert waited > 1.0, "the lock did not wait for the other grader"
+    with pytest.raises(TimeoutError, match="another grader holds"):
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, url, "5"],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "locked"
+            with parallel.gradebook_lock(url, timeout=0.5):
+                pass
+        finally:
+            holder.kill()
+            holder.wait()
+
+
+def test_ensure_students_creates_missing_rows_only(tmp_path, monkeypatch):
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", os.pathsep.join([BIN, os.environ.get("PATH", "")]))
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url, "c") as gb:
+        gb.add_student("alice", first_name="Alice")
+    parallel.ensure_students(url, "c", ["alice", "bob", "bob"])
+    parallel.ensure_students(url, "c", ["bob"])
+    with Gradebook(url, "c") as gb:
+        assert sorted(s.id for s in gb.students) == ["alice", "bob"]
+        assert gb.find_student("alice").first_name == "Alice"  # untouched
+
+
+def test_event_timings_add_up_and_survive_other_phases(tmp_path):
+    ev = events.Events(tmp_path, "addressing", "alice", "execute")
+    ev.time("cells", 1.5)
+    ev.time("cells", 0.25)
+    ev.time("kernel_start", 4)
+    ev.save()
+    other = events.Events(tmp_path, "addressing", "alice", "verdicts")
+    other.save()
+    assert events.timings(tmp_path, "addressing", "alice") == {
+        "cells": 1.75, "kernel_start": 4}
+    assert events.timings(tmp_path, "addressing", "bob") == {}
+
+
+def test_nbgrader_runs_without_the_slow_optional_import():
+    cmd, env = nbgrader_command("--version")
+    assert cmd[1:3] == ["-m", "attncourse.grading.nbgrader_main"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    import nbgrader
+
+    assert nbgrader.__version__ in out.stdout + out.stderr
+    probe = ("import sys, attncourse.grading.nbgrader_main; "
+             "import nbformat, jsonschema; "
+             "print(sys.modules.get('rfc3987_syntax'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == "None", out.stderr
