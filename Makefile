@@ -23,6 +23,7 @@ help:
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
 	@echo "              bench-build, bench-grading"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
+	@echo "              (WORKERS=n autograde processes at once; default: one per core)"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
 	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
@@ -83,8 +84,10 @@ bench-grading: $(STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/grading_speed.py --out _build/bench/grading_speed.json
 
+# Autograde processes at once (default: one per CPU core).
+WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 grade: $(STAMP)
-	$(BIN)/python -m attncourse.grading.grade_all
+	$(BIN)/python -m attncourse.grading.grade_all --workers $(WORKERS)
 
 release: $(STAMP)
 	$(BIN)/python -m attncourse.grading.release
