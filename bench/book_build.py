@@ -10,7 +10,10 @@ prints the table. Everything runs in one process, one stage after the other, so
 the ratios between stages come from the same machine state. A full run takes
 about 8-10 minutes on two cores.
 
-The project's files are never touched. The build inputs -- ``_config.yml``,
+The project's files are never touched (except with ``--write-hints``, which
+saves the chapters' serial seconds to ``book/_ext/execution_hints.json``, the
+order in which ``execute_parallel.py`` starts them). The build inputs --
+``_config.yml``,
 ``_toc.yml``, ``book/`` (with the extensions in ``book/_ext``), everything
 ``_config.yml`` names (logo, favicon, bib files, local extensions) and the
 folders the chapters offer as ``{download}`` (``exercises/``) -- are copied to
@@ -488,6 +491,18 @@ def prepare_workdir(keep: Path | None) -> Path:
     return keep
 
 
+def write_hints(seconds: dict) -> None:
+    """Merge measured chapter seconds into the build's execution hints."""
+    path = ROOT / "book" / "_ext" / "execution_hints.json"
+    try:
+        hints = json.loads(path.read_text())
+    except (OSError, ValueError):
+        hints = {}
+    hints.update({name: round(s, 1) for name, s in seconds.items()})
+    path.write_text(json.dumps(dict(sorted(hints.items())), indent=1) + "\n")
+    log(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path,
@@ -503,6 +518,10 @@ def main(argv=None) -> int:
                         help="leave out the cold / warm / edit builds and weights")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="work in DIR (new or empty) and keep it")
+    parser.add_argument("--write-hints", action="store_true",
+                        help="save each chapter's serial seconds to "
+                             "book/_ext/execution_hints.json (the order in which "
+                             "a cold build starts the chapters: longest first)")
     parser.add_argument("--timeout", type=int, default=300,
                         help="seconds per cell (as _config.yml), default 300")
     args = parser.parse_args(argv)
@@ -549,6 +568,8 @@ def main(argv=None) -> int:
                 "chapters": rows,
                 "sum_seconds": round(sum(r["seconds"] for r in rows), 2),
                 "all_chapters": len(rows) == len(notebooks)}
+            if args.write_hints:
+                write_hints({r["chapter"]: r["seconds"] for r in rows if r["ok"]})
 
         if not args.skip_builds:
             builds = report["builds"] = {}

@@ -6,24 +6,44 @@ executed by jupyter-cache's multiprocessing executor (one process per CPU core);
 the Sphinx build then finds each notebook in the cache and executes nothing.
 Unchanged chapters are cache hits here too, so a warm run costs only the hashing.
 
+The longest chapters start first, one notebook at a time per process (jupyter-
+cache's own executor hands out the notebooks in pairs, in toc order, which left
+one core idle for the last ~12 s of a cold build). How long a chapter takes is
+read from the cache (its last execution, even of an older version), else from
+``execution_hints.json`` beside this file (seconds per chapter, as measured by
+``bench/book_build.py --write-hints``); the order only affects speed.
+
     python book/_ext/execute_parallel.py [--path-output DIR] [--toc FILE] [--timeout S]
 
 Exits non-zero, printing each failing notebook's traceback, if any chapter fails.
 """
 
 import argparse
+import json
 import logging
+import multiprocessing
 import os
 import sys
 import time
 from pathlib import Path
 
-import yaml
-from jupyter_cache import get_cache
-from jupyter_cache.executors import load_executor
+# jsonschema (via nbformat) imports rfc3987_syntax for an "iri" format check
+# that notebooks never use; building its grammar costs ~1.3 CPU seconds.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import yaml  # noqa: E402
+from jupyter_cache import get_cache  # noqa: E402
+from jupyter_cache.cache.db import NbProjectRecord  # noqa: E402
+from jupyter_cache.executors.basic import (  # noqa: E402
+    REPORT_LEVEL,
+    ExecutionWorkerLocalMProc,
+    ExecutorRunResult,
+    ProcessData,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 READER = {"type": "plugin", "name": "myst_nb_md"}  # how myst-nb registers .md files
+HINTS = Path(__file__).with_name("execution_hints.json")
 
 
 def toc_names(toc_file: Path) -> list[str]:
@@ -55,6 +75,45 @@ def is_notebook(path: Path) -> bool:
     return text.startswith("---\n") and "kernelspec:" in text.split("\n---\n", 1)[0]
 
 
+def expected_seconds(cache, notebooks: list[Path]) -> dict[str, float]:
+    """uri -> seconds its execution is expected to take (0 if unknown)."""
+    try:
+        hints = json.loads(HINTS.read_text())
+    except (OSError, ValueError):
+        hints = {}
+    seconds = {str(p): float(hints.get(p.stem, 0)) for p in notebooks}
+    for record in cache.list_cache_records():  # oldest first: the last one wins
+        took = (record.data or {}).get("execution_seconds")
+        if record.uri in seconds and took:
+            seconds[record.uri] = float(took)
+    return seconds
+
+
+def run(cache, notebooks: list[Path], timeout: int, processes: int,
+        logger) -> ExecutorRunResult:
+    """Execute the notebooks that are not cached, longest first, in parallel."""
+    uris = [str(p) for p in notebooks]
+    todo = cache.list_unexecuted(filter_uris=uris)
+    expected = expected_seconds(cache, notebooks)
+    todo.sort(key=lambda r: -expected.get(r.uri, 0))
+    if not todo:
+        return ExecutorRunResult()
+    logger.info("executing %d notebook(s) in %d processes, longest first: %s",
+                len(todo), min(processes, len(todo)),
+                ", ".join(Path(r.uri).stem for r in todo))
+    NbProjectRecord.remove_tracebacks([r.pk for r in todo], cache.db)
+    multiprocessing.log_to_stderr(REPORT_LEVEL)  # "Executing: <uri>" per notebook
+    jobs = [ProcessData(r.pk, r.uri, cache, timeout, False) for r in todo]
+    worker = ExecutionWorkerLocalMProc()
+    with multiprocessing.Pool(min(processes, len(todo))) as pool:
+        results = list(pool.imap_unordered(worker, jobs, chunksize=1))
+    return ExecutorRunResult(
+        succeeded=[uri for code, uri in results if code == 0],
+        excepted=[uri for code, uri in results if code == 1],
+        errored=[uri for code, uri in results if code == 2],
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path-output", type=Path, default=ROOT,
@@ -77,10 +136,7 @@ def main(argv=None) -> int:
     for path in notebooks:
         cache.add_nb_to_project(str(path), read_data=READER)
     start = time.perf_counter()
-    result = load_executor("local-parallel", cache, logger=logger).run_and_cache(
-        filter_uris=[str(p) for p in notebooks], timeout=args.timeout,
-        allow_errors=False,
-    )
+    result = run(cache, notebooks, args.timeout, cores, logger)
     seconds = time.perf_counter() - start
     print(f"executed {len(result.succeeded)} notebook(s) in {seconds:.1f} s; "
           f"{len(notebooks) - len(result.all())} already cached")
