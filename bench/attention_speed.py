@@ -15,8 +15,9 @@ torch each load with the requested number of threads.
 """
 
 import argparse
-import json
 from pathlib import Path
+
+import measure  # bench/ is not a package: the script's folder
 
 from attncourse import benchmark
 
@@ -39,12 +40,7 @@ def main(argv=None):
                                       memory_lengths=lengths, threads=args.threads,
                                       progress=True)
     table = report.pop("markdown")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(table)
-    print("\n" + table)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')} "
-          f"in {report['seconds']} s")
+    measure.write_report(args.out, report, table)
 
 
 if __name__ == "__main__":

@@ -615,12 +615,7 @@ def main(argv=None) -> int:
     checks = targets(report)
     report["targets"] = [t.as_dict() for t in checks]
     table = markdown(report, checks)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(table)
-    print("\n" + table)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')} "
-          f"in {report['seconds']} s")
+    measure.write_report(args.out, report, table)
     return 1 if failed else 0
 
 

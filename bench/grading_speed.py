@@ -32,7 +32,6 @@ import csv
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import measure  # noqa: E402  (bench/ is not a package: the script's folder)
+
 from attncourse.grading import ASSIGNMENTS  # noqa: E402
 from attncourse.grading import notebooks as nbs  # noqa: E402
 
@@ -188,19 +189,6 @@ def parallel(assignments, copies: int, work: Path) -> dict:
 
 
 # -- report -----------------------------------------------------------------
-def machine() -> dict:
-    import numpy
-
-    versions = {"python": platform.python_version(), "numpy": numpy.__version__}
-    for name in ("torch", "tensorflow", "nbgrader"):
-        try:
-            versions[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001
-            versions[name] = None
-    return {"cores": os.cpu_count(), "load": list(os.getloadavg()),
-            "bubblewrap": shutil.which("bwrap"), **versions}
-
-
 def verdict(value: float, limit: float, higher_is_better: bool) -> str:
     ok = value >= limit if higher_is_better else value <= limit
     return "pass" if ok else "MISS"
@@ -208,8 +196,8 @@ def verdict(value: float, limit: float, higher_is_better: bool) -> str:
 
 def markdown(report: dict) -> str:
     lines = [f"# Grading benchmark ({report['generated']})", "",
-             f"{report['machine']['cores']} cores, load before "
-             f"{report['machine']['load'][0]:.1f}, after "
+             f"{report['machine']['cpu_count']} cores, load before "
+             f"{report['machine']['load_average_1_5_15min'][0]:.1f}, after "
              f"{report['load_after']:.1f}", "",
              "| figure | measured | target | |", "| --- | --- | --- | --- |"]
     ag = report["autograde"]
@@ -275,7 +263,9 @@ def main(argv=None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="attn-bench-grading-"))
     work.mkdir(parents=True, exist_ok=True)
     report = {"generated": datetime.datetime.now().isoformat(timespec="seconds"),
-              "machine": machine(), "assignments": assignments, "targets": TARGETS}
+              "machine": measure.machine_info(
+                  ("torch", "tensorflow", "nbgrader", "jupyter-client")),
+              "assignments": assignments, "targets": TARGETS}
     start = time.perf_counter()
     try:
         report["bare"] = bare_execution(assignments, work)
@@ -291,12 +281,7 @@ def main(argv=None) -> int:
     report["seconds"] = round(time.perf_counter() - start, 1)
     report["load_after"] = os.getloadavg()[0]
     table = markdown(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(table)
-    print("\n" + table)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')} in "
-          f"{report['seconds']} s")
+    measure.write_report(args.out, report, table)
     return 0
 
 

@@ -21,6 +21,7 @@ and ``import measure``.
 from __future__ import annotations
 
 import html.parser
+import json
 import os
 import platform
 import posixpath
@@ -568,3 +569,14 @@ def machine_info(packages: tuple[str, ...] = ()) -> dict:
     if hasattr(os, "sched_getaffinity"):
         info["usable_cores"] = len(os.sched_getaffinity(0))
     return info
+
+
+def write_report(out: Path, report: dict, table: str) -> None:
+    """Save ``report`` as JSON at ``out`` and ``table`` beside it (``.md``), print
+    the table and where both went."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print("\n" + table)
+    print(f"wrote {out} and {out.with_suffix('.md')} in {report['seconds']} s")
