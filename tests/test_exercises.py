@@ -244,7 +244,8 @@ def test_hooks_remove_hidden_data(tmp_path):
 
 def test_gitignore_keeps_grading_state_out():
     ignored = (ROOT / ".gitignore").read_text().split()
-    for name in ("gradebook.db", "submitted/", "autograded/", "feedback/"):
+    for name in ("gradebook.db", "gradebook.db.lock", "submitted/", "autograded/",
+                 "feedback/", ".grading/"):
         assert name in ignored
 
 
