@@ -196,6 +196,21 @@ BUGS = (
        ("@ self.W_o\n", "@ self.W_o.T\n")],
       ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
       "transposed-weights"),
+    # ------------------------------------------------------------ builtin-layers
+    B("builtin-layers", "bug1", "tf",
+      [("layer(queries, values, keys,", "layer(queries, keys, values,")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "keys-values-swapped"),
+    B("builtin-layers", "bug1", "torch",
+      [("else ~key_mask", "else key_mask")],
+      ["torch-visible", "torch-hidden-masks"], "inverted-mask"),
+    B("builtin-layers", "bug2", "tf",
+      [("else key_mask[:, None, :]", "else tf.logical_not(key_mask)[:, None, :]")],
+      ["tf-visible", "tf-hidden-masks"], "inverted-mask"),
+    B("builtin-layers", "bug2", "torch",
+      [("need_weights=True, average_attn_weights=False)", "need_weights=True)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks"],
+      "averaged-weights"),
 )
 
 # A correct solution that makes the frameworks warn in graded cells: a PyTorch

@@ -14,6 +14,7 @@ ASSIGNMENTS = {
     "key-value-masking": "key_value_masking",
     "self-attention": "self_attention",
     "multi-head": "multi_head",
+    "builtin-layers": "builtin_layers",
 }
 
 
