@@ -10,8 +10,9 @@ repository is not touched):
 
 1. **bare execution** -- every assignment's source notebook (the reference
    solution with its hidden tests) run by nbclient in a plain local kernel, one
-   after the other, as a student or an instructor would run it: kernel start,
-   first cell (it imports TensorFlow and PyTorch), the other cells, shutdown;
+   after the other, with the thread setting grade_all gives student kernels
+   (one thread unless OMP_NUM_THREADS etc. are set): kernel start, first cell
+   (it imports TensorFlow and PyTorch), the other cells, shutdown;
 2. **autograde of the reference submission** -- one student who submitted the
    reference solution of every assignment, graded by
    ``python -m attncourse.grading.grade_all`` (one worker): the autograde
@@ -49,6 +50,7 @@ import measure  # noqa: E402  (bench/ is not a package: the script's folder)
 
 from attncourse.grading import ASSIGNMENTS  # noqa: E402
 from attncourse.grading import notebooks as nbs  # noqa: E402
+from attncourse.grading.parallel import kernel_env  # noqa: E402
 
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0",
          "KERAS_BACKEND": "tensorflow", "PYTHONHASHSEED": "0"}
@@ -265,6 +267,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the course copies here")
     args = parser.parse_args(argv)
     os.environ.update(QUIET)
+    # the bare runs get the threads grade_all gives the student kernels (one,
+    # unless set): the comparison is of grading's overhead, not of threads
+    os.environ.update(kernel_env())
     assignments = args.assignments.split(",") if args.assignments else \
         list(ASSIGNMENTS)
     work = args.keep or Path(tempfile.mkdtemp(prefix="attn-bench-grading-"))

@@ -36,14 +36,15 @@ def test_partition_covers_every_item_once_and_balances():
         parallel.partition(items, 0)
 
 
-def test_worker_threads_split_the_cores_and_keep_explicit_settings():
-    assert parallel.threads_per_worker(2, cores=2) == 1
-    assert parallel.threads_per_worker(2, cores=8) == 4
-    assert parallel.threads_per_worker(16, cores=2) == 1
-    env = parallel.worker_env(2, base={"OMP_NUM_THREADS": "3"})
+def test_kernels_get_one_thread_unless_the_grader_says_otherwise():
+    env = parallel.kernel_env(base={"OMP_NUM_THREADS": "3", "PATH": "/bin"})
     assert env["OMP_NUM_THREADS"] == "3"  # set by the instructor: kept
-    expected = str(parallel.threads_per_worker(2))
-    assert env["TF_NUM_INTRAOP_THREADS"] == expected
+    assert env["PATH"] == "/bin"
+    for var in parallel.THREAD_VARS[1:]:
+        assert env[var] == "1"
+    from attncourse.grading import sandbox
+
+    assert set(parallel.THREAD_VARS) <= set(sandbox.PASS_ENV)  # reach the kernel
 
 
 def test_database_urls():

@@ -141,6 +141,7 @@ def main(argv=None) -> int:
 
     root = args.root.resolve()
     os.environ["ATTNCOURSE_GRADE_ALL"] = "1"  # inherited by nbgrader
+    os.environ.update(parallel.kernel_env())  # one thread per student kernel
     settings = course_config(root)
     state = Path(settings["state_dir"])
 

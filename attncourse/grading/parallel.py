@@ -4,9 +4,12 @@
 one ``nbgrader autograde`` process per part at the same time. Each part is a
 folder of its own (``<state>/parts/<k>/<student>/<assignment>/``), so no two
 processes ever grade the same submission; every process writes its results to
-the same gradebook, its own rows only. The kernels of N workers share the
-cores: each gets ``cores / N`` threads (OMP / TensorFlow variables, passed into
-the sandbox), since N kernels with a thread per core each slow each other down.
+the same gradebook, its own rows only. Every student kernel runs with one thread
+(OMP / MKL / TensorFlow variables, passed into the sandbox, unless the grader
+sets them): the exercises' tensors are tiny, and a second thread made them
+slower even alone (``make bench-grading``: the six reference notebooks ran in
+30 s with one thread and 42 s with two, on two cores); more cores are used by
+more workers.
 
 Several graders -- workers of one ``grade_all``, or ``grade_all`` processes on
 several machines sharing a PostgreSQL gradebook (``NBGRADER_DB_URL``) -- must not
@@ -48,18 +51,15 @@ def partition(items: list, workers: int) -> list[list]:
     return [p for p in parts if p]
 
 
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    cores = cores or os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
+KERNEL_THREADS = 1
 
 
-def worker_env(workers: int, base=None) -> dict:
-    """The environment of one worker: thread counts split between the workers
-    (a variable that is set already is kept)."""
+def kernel_env(base=None) -> dict:
+    """The environment graders pass on to the student kernels: one thread per
+    kernel (a variable that is set already is kept)."""
     env = dict(os.environ if base is None else base)
-    threads = str(threads_per_worker(workers))
     for var in THREAD_VARS:
-        env.setdefault(var, threads)
+        env.setdefault(var, str(KERNEL_THREADS))
     return env
 
 
@@ -162,7 +162,7 @@ def run_workers(root: Path, state: Path, staged, batch: list[str], workers: int,
         for s in part:
             src = state / "staged" / s.student / s.assignment
             shutil.copytree(src, base / str(k) / s.student / s.assignment)
-    env = worker_env(len(parts))
+    env = kernel_env()
     print(f"autograde: {len(staged)} submissions in {len(parts)} workers "
           f"({', '.join(str(len(p)) for p in parts)}), "
           f"{env['OMP_NUM_THREADS']} thread(s) per kernel", flush=True)
