@@ -5,6 +5,7 @@ test_gradebook_postgres runs two graders against one PostgreSQL gradebook.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from attncourse.grading import events, parallel
 from attncourse.grading.cli import nbgrader_command
 
 BIN = str(Path(sys.executable).parent)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_partition_covers_every_item_once_and_balances():
@@ -129,3 +131,40 @@ def test_nbgrader_runs_without_the_slow_optional_import():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.strip() == "None", out.stderr
+
+
+HOLD_COURSE = """
+import sys, time
+from attncourse.grading import parallel
+handle = parallel.hold_course_lock(sys.argv[1])
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_grading_run_on_one_course_is_refused(tmp_path):
+    """Two runs on one course folder would stage and clear each other's
+    submissions: the second stops at once, grading nothing."""
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    state = course / ".grading"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_COURSE, str(state)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(parallel.CourseBusy, match=f"pid {holder.pid}"):
+            parallel.hold_course_lock(state)
+        run = subprocess.run([sys.executable, "-m", "attncourse.grading.grade_all",
+                              "--root", str(course)], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PYTHONPATH": str(course)})
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "another grading run" in run.stdout
+        assert "Nothing was graded" in run.stdout
+        assert not (course / "gradebook.db").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock goes with the process that held it
+    handle = parallel.hold_course_lock(state)
+    handle.close()

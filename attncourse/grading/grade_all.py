@@ -8,9 +8,11 @@ Put submissions in ``submitted/<student>/<assignment>/<assignment>.ipynb`` (or
 collect them with ``nbgrader collect`` / ``nbgrader zip_collect``), then run
 this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 
-0. check that a bubblewrap sandbox can be started (otherwise stop, unless
-   ``--no-sandbox``: then every kernel runs unsandboxed -- UNSAFE for
-   untrusted code -- and every submission is flagged ``unsandboxed``);
+0. refuse to start while another run grades this course folder (a lock in
+   the grading state); check that a bubblewrap sandbox can be started
+   (otherwise stop, unless ``--no-sandbox``: then every kernel runs
+   unsandboxed -- UNSAFE for untrusted code -- and every submission is
+   flagged ``unsandboxed``);
 1. check that the hidden reference data is up to date
    (``attncourse.grading.references --check``);
 2. ``nbgrader generate_assignment "*" --force`` -- records the current hidden
@@ -144,6 +146,12 @@ def main(argv=None) -> int:
     os.environ.update(parallel.kernel_env())  # one thread per student kernel
     settings = course_config(root)
     state = Path(settings["state_dir"])
+    try:  # held until this process ends
+        course_lock = parallel.hold_course_lock(state)  # noqa: F841
+    except parallel.CourseBusy as exc:
+        print(f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
+              f"finished.\n{BANNER}", flush=True)
+        return 2
 
     overrides = []
     if args.cell_timeout:

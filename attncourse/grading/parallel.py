@@ -118,6 +118,34 @@ def gradebook_lock(db_url: str, timeout: float = 1800):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class CourseBusy(RuntimeError):
+    """Another grading run holds this course's grading state."""
+
+
+def hold_course_lock(state_dir):
+    """Take the lock of one course's grading state (``<state>/grade_all.lock``)
+    for as long as the returned file stays open -- the rest of the run. Two
+    runs on one course folder would stage, grade and clear each other's
+    submissions; the second one is refused (``CourseBusy``) instead of waiting
+    behind a batch that may take an hour."""
+    state = Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    handle = open(state / "grade_all.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise CourseBusy(f"another grading run ({holder}) is grading this course "
+                         f"(lock: {state / 'grade_all.lock'})") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    handle.flush()
+    return handle
+
+
 def _null_pool():
     from sqlalchemy.pool import NullPool
 
