@@ -192,9 +192,28 @@ def parallel(assignments, copies: int, work: Path) -> dict:
 
 
 # -- report -----------------------------------------------------------------
-def verdict(value: float, limit: float, higher_is_better: bool) -> str:
-    ok = value >= limit if higher_is_better else value <= limit
-    return "pass" if ok else "MISS"
+def targets(report: dict) -> list:
+    """The issue's targets (and figures shown beside them) as measure.Target."""
+    ag, par, out = report.get("autograde"), report.get("parallel"), []
+    if ag:
+        out += [measure.Target("autograde step / bare execution",
+                               ag["ratio_autograde"], TARGETS["autograde / bare"],
+                               unit="x", note=f"{ag['autograde_step_seconds']:.1f} s "
+                               f"/ {ag['bare_seconds']:.1f} s"),
+                measure.Target("whole grade_all / bare execution",
+                               ag["ratio_grade_all"], None, unit="x",
+                               note=f"{ag['grade_all_seconds']:.1f} s")]
+    if par:
+        out += [measure.Target("autograde throughput, 2 workers / 1",
+                               par["speedup_autograde"],
+                               TARGETS["2 workers / 1 worker"], unit="x", kind="min"),
+                measure.Target("whole grade_all throughput, 2 workers / 1",
+                               par["speedup_grade_all"], None, unit="x"),
+                measure.Target("every submission graded once, same scores",
+                               float(par["every_submission_once"]
+                                     and par["same_scores"]), 1.0, kind="min",
+                               fmt=lambda v: "yes" if v else "NO")]
+    return out
 
 
 def markdown(report: dict) -> str:
@@ -204,54 +223,33 @@ def markdown(report: dict) -> str:
              f"{machine['cpu_count']} cores, load before "
              f"{machine['load_average_1_5_15min'][0]:.1f}, after "
              f"{report['load_after']:.1f}; OMP_NUM_THREADS: {threads}", "",
-             "| figure | measured | target | |", "| --- | --- | --- | --- |"]
+             measure.targets_table(targets(report))]
     ag, par = report.get("autograde"), report.get("parallel")
     if ag:
-        limit = TARGETS["autograde / bare"]
-        lines += [f"| autograde step / bare execution | {ag['ratio_autograde']:.2f}x "
-                  f"({ag['autograde_step_seconds']:.1f} s / {ag['bare_seconds']:.1f} "
-                  f"s) | <= {limit}x | "
-                  f"{verdict(ag['ratio_autograde'], limit, False)} |",
-                  f"| whole grade_all / bare execution | {ag['ratio_grade_all']:.2f}x "
-                  f"({ag['grade_all_seconds']:.1f} s) | (information) | |"]
+        lines += ["Autograde per notebook (seconds):", "", measure.markdown_table(
+            ["assignment", "bare", "graded", "kernel start", "cells", "checks",
+             "kernel stop"],
+            [[r["assignment"], f"{r['bare']:.1f}", f"{r['autograde_notebook']:.1f}",
+              f"{r['kernel_start']:.1f}", f"{r['cells']:.1f}", f"{r['checks']:.2f}",
+              f"{r['kernel_stop']:.2f}"] for r in ag["per_notebook"]]),
+            f"nbgrader's own share of the autograde step: "
+            f"{ag['nbgrader_process_seconds']:.1f} s. grade_all steps: "
+            + ", ".join(f"{k} {v:g} s" for k, v in ag["steps"].items()), "",
+            "Bare execution per notebook (seconds):", "", measure.markdown_table(
+                ["assignment", "kernel start", "first cell (imports)", "all cells",
+                 "stop", "total"],
+                [[b["assignment"], f"{b['kernel_start']:.1f}",
+                  f"{b['first_cell']:.1f}", f"{b['cells']:.1f}",
+                  f"{b['kernel_stop']:.2f}", f"{b['total']:.1f}"]
+                 for b in report["bare"]])]
     if par:
-        limit = TARGETS["2 workers / 1 worker"]
-        ok = par["every_submission_once"] and par["same_scores"]
-        lines += [f"| autograde throughput, 2 workers / 1 | "
-                  f"{par['speedup_autograde']:.2f}x | >= {limit}x | "
-                  f"{verdict(par['speedup_autograde'], limit, True)} |",
-                  f"| whole grade_all throughput, 2 workers / 1 | "
-                  f"{par['speedup_grade_all']:.2f}x | (information) | |",
-                  f"| every submission graded once, same scores | {ok} | True | "
-                  f"{'pass' if ok else 'MISS'} |"]
-    if ag:
-        lines += ["", "Autograde per notebook (seconds):", "",
-                  "| assignment | bare | graded | kernel start | cells | checks | "
-                  "kernel stop |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for r in ag["per_notebook"]:
-            lines.append(f"| {r['assignment']} | {r['bare']:.1f} | "
-                         f"{r['autograde_notebook']:.1f} | {r['kernel_start']:.1f} | "
-                         f"{r['cells']:.1f} | {r['checks']:.2f} | "
-                         f"{r['kernel_stop']:.2f} |")
-        lines += ["", f"nbgrader's own share of the autograde step: "
-                  f"{ag['nbgrader_process_seconds']:.1f} s. grade_all steps: "
-                  + ", ".join(f"{k} {v:g} s" for k, v in ag["steps"].items()), "",
-                  "Bare execution per notebook (seconds):", "",
-                  "| assignment | kernel start | first cell (imports) | all cells | "
-                  "stop | total |", "| --- | --- | --- | --- | --- | --- |"]
-        for b in report["bare"]:
-            lines.append(f"| {b['assignment']} | {b['kernel_start']:.1f} | "
-                         f"{b['first_cell']:.1f} | {b['cells']:.1f} | "
-                         f"{b['kernel_stop']:.2f} | {b['total']:.1f} |")
-    if par:
-        lines += ["", "| workers | submissions | autograde s | per minute | "
-                  "grade_all s | per minute |", "| --- | --- | --- | --- | --- | --- |"]
-        for k, r in par["runs"].items():
-            lines.append(f"| {k} | {r['submissions']} | {r['autograde_seconds']:.1f} | "
-                         f"{r['per_minute_autograde']:.1f} | "
-                         f"{r['grade_all_seconds']:.1f} | "
-                         f"{r['per_minute_grade_all']:.1f} |")
-    return "\n".join(lines) + "\n"
+        lines += ["Parallel grading:", "", measure.markdown_table(
+            ["workers", "submissions", "autograde s", "per minute", "grade_all s",
+             "per minute"],
+            [[k, r["submissions"], f"{r['autograde_seconds']:.1f}",
+              f"{r['per_minute_autograde']:.1f}", f"{r['grade_all_seconds']:.1f}",
+              f"{r['per_minute_grade_all']:.1f}"] for k, r in par["runs"].items()])]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -295,6 +293,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     report["seconds"] = round(time.perf_counter() - start, 1)
     report["load_after"] = os.getloadavg()[0]
+    report["target_results"] = [t.as_dict() for t in targets(report)]
     table = markdown(report)
     measure.write_report(args.out, report, table)
     return 0

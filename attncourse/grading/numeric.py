@@ -54,6 +54,18 @@ def attention_backward(q, k, v, weights, grad_out, scale):
     return dq, dk, dv
 
 
+def split_heads(x, h):
+    """(batch, n, h * d_head) -> (batch, h, n, d_head): contiguous feature blocks."""
+    b, n, d = x.shape
+    return x.reshape(b, n, h, d // h).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x):
+    """(batch, h, n, d_head) -> (batch, n, h * d_head), heads in order."""
+    b, h, n, dh = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, n, h * dh)
+
+
 def lengths_mask(lengths, n):
     """(batch, n) bool: True at positions < length."""
     return np.arange(n)[None, :] < np.asarray(lengths)[:, None]

@@ -29,6 +29,7 @@ both rewrite it, and the last one wins.
 import contextlib
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -81,8 +82,9 @@ def gradebook_lock(db_url: str, timeout: float = 1800):
     """Hold the graders' lock on this gradebook while the block runs."""
     if is_postgres(db_url):
         from sqlalchemy import create_engine, text
+        from sqlalchemy.pool import NullPool
 
-        engine = create_engine(db_url, future=True, poolclass=_null_pool())
+        engine = create_engine(db_url, future=True, poolclass=NullPool)
         try:
             with engine.connect() as conn:
                 conn.execute(text(f"SET lock_timeout = '{int(timeout * 1000)}ms'"))
@@ -146,12 +148,6 @@ def hold_course_lock(state_dir):
     return handle
 
 
-def _null_pool():
-    from sqlalchemy.pool import NullPool
-
-    return NullPool
-
-
 def ensure_students(db_url: str, course_id: str, students) -> None:
     """Create the gradebook rows of ``students`` that do not exist yet."""
     from nbgrader.api import Gradebook, MissingEntry
@@ -178,8 +174,6 @@ def run_workers(root: Path, state: Path, staged, batch: list[str], workers: int,
     ``batch`` are the assignment arguments of nbgrader ("*" or ids); every
     worker runs ``nbgrader autograde`` once per batch entry on its own part.
     Returns the wall-clock seconds. Output lines are prefixed ``[w<k>]``."""
-    import shutil
-
     from .cli import nbgrader_command
 
     ordered = sorted(staged, key=lambda s: (s.assignment, s.student))

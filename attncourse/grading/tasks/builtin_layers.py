@@ -31,6 +31,7 @@ from .. import numeric
 from ..adapters import tf_gradients, torch_gradients, unpack
 from ..core import Check, Variant
 from ..errors import GradingError, call_student
+from ..numeric import merge_heads, split_heads
 from ._common import lookup, loss_of, numpy_results, rng, tensors
 
 NAME = "builtin-layers"
@@ -66,30 +67,20 @@ def make_cases() -> dict:
     }
 
 
-def _split(x, h):
-    b, n, d = x.shape
-    return x.reshape(b, n, h, d // h).transpose(0, 2, 1, 3)  # (batch, h, n, d_head)
-
-
-def _merge(x):
-    b, h, n, dh = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(b, n, h * dh)    # (batch, n, h * d_head)
-
-
 def _forward(i, mask="ok", keys="keys", values="values", average=False):
     """The reference and its wrong variants: ``keys``/``values`` name the inputs
     used as keys and values (a swap or the Keras default key = value)."""
     h = int(i["num_heads"])
-    q = _split(i["queries"] @ i["W_q"] + i["b_q"], h)     # (batch, h, n_q, d_head)
-    k = _split(i[keys] @ i["W_k"] + i["b_k"], h)          # (batch, h, n_k, d_head)
-    v = _split(i[values] @ i["W_v"] + i["b_v"], h)        # (batch, h, n_k, d_head)
+    q = split_heads(i["queries"] @ i["W_q"] + i["b_q"], h)  # (batch, h, n_q, d_head)
+    k = split_heads(i[keys] @ i["W_k"] + i["b_k"], h)       # (batch, h, n_k, d_head)
+    v = split_heads(i[values] @ i["W_v"] + i["b_v"], h)     # (batch, h, n_k, d_head)
     s = q @ np.swapaxes(k, -1, -2) / math.sqrt(D_MODEL // h)
     m = None
     if bool(i["has_mask"]) and mask != "ignored":
         pad = i["key_mask"][:, None, None, :]              # (batch, 1, 1, n_k)
         m = ~pad if mask == "inverted" else pad
     w = numeric.masked_softmax(s, m)                       # (batch, h, n_q, n_k)
-    outputs = _merge(w @ v) @ i["W_o"] + i["b_o"]          # (batch, n_q, d_model)
+    outputs = merge_heads(w @ v) @ i["W_o"] + i["b_o"]     # (batch, n_q, d_model)
     return {"outputs": outputs, "weights": w.mean(axis=1) if average else w}
 
 
@@ -97,15 +88,15 @@ def expected(case: str, inputs: dict) -> dict:
     result = _forward(inputs)
     if case == "two_heads":
         h = int(inputs["num_heads"])
-        q, k, v = (_split(inputs[x] @ inputs[f"W_{c}"] + inputs[f"b_{c}"], h)
+        q, k, v = (split_heads(inputs[x] @ inputs[f"W_{c}"] + inputs[f"b_{c}"], h)
                    for x, c in zip(INPUTS, "qkv", strict=True))
-        grad_heads = _split(inputs["upstream"] @ inputs["W_o"].T, h)
+        grad_heads = split_heads(inputs["upstream"] @ inputs["W_o"].T, h)
         dq, dk, dv = numeric.attention_backward(
             q, k, v, result["weights"], grad_heads, 1 / math.sqrt(D_MODEL // h))
         result.update({
-            "grad_queries": _merge(dq) @ inputs["W_q"].T,
-            "grad_keys": _merge(dk) @ inputs["W_k"].T,
-            "grad_values": _merge(dv) @ inputs["W_v"].T,
+            "grad_queries": merge_heads(dq) @ inputs["W_q"].T,
+            "grad_keys": merge_heads(dk) @ inputs["W_k"].T,
+            "grad_values": merge_heads(dv) @ inputs["W_v"].T,
         })
     return result
 

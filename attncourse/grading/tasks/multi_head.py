@@ -58,7 +58,7 @@ def make_cases() -> dict:
 def _split(x, h, how="ok"):
     b, n, d = x.shape
     if how == "ok":
-        return x.reshape(b, n, h, d // h).transpose(0, 2, 1, 3)
+        return numeric.split_heads(x, h)
     if how == "no_transpose":
         return x.reshape(b, h, n, d // h)
     return x.reshape(b, n, d // h, h).transpose(0, 3, 1, 2)  # interleaved
@@ -67,7 +67,7 @@ def _split(x, h, how="ok"):
 def _merge(x, how="ok"):
     b, h, n, dh = x.shape
     if how == "ok":
-        return x.transpose(0, 2, 1, 3).reshape(b, n, h * dh)
+        return numeric.merge_heads(x)
     if how == "no_transpose":
         return x.reshape(b, n, h * dh)
     return x.transpose(0, 2, 3, 1).reshape(b, n, h * dh)  # interleaved
