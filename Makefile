@@ -87,13 +87,13 @@ bench-grading: $(STAMP)
 # Autograde processes at once (default: one per CPU core).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 grade: $(STAMP)
-	$(BIN)/python -m attncourse.grading.grade_all --workers $(WORKERS)
+	$(BIN)/python -m grader grade --workers $(WORKERS)
 
 release: $(STAMP)
-	$(BIN)/python -m attncourse.grading.release
+	$(BIN)/python -m grader release
 
 references: $(STAMP)
-	$(BIN)/python -m attncourse.grading.references
+	$(BIN)/python -m grader references
 
 serve:
 	$(BIN)/python -m http.server -d _build/html 8000

@@ -4,7 +4,7 @@
     exercises/<id>/<id>.ipynb   the student release (generated, committed)
     submitted/ autograded/ feedback/ gradebook.db   grading state (not in git)
 
-One command grades a batch: `python -m attncourse.grading.grade_all` (see
+One command grades a batch: `python -m grader grade` (see
 solutions/README.md); the plain nbgrader commands work from this folder too.
 
 Autograde runs every student kernel in a bubblewrap sandbox and judges the
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 SOURCE, RELEASE, FEEDBACK = "solutions", "exercises", "feedback"
 
-# Grade with *this* course's attncourse (hidden tests import attncourse.grading),
+# Grade with *this* course's attncourse (hidden tests import grader),
 # in this process (the hooks below) and in every kernel nbgrader starts.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -49,10 +49,10 @@ from nbgrader.preprocessors import (  # noqa: E402
 
 # Quiet kernels (TF log settings, inherited by every kernel): stderr costs points.
 import attncourse._quiet  # noqa: E402,F401
-from attncourse.grading.guard import GuardedExecute  # noqa: E402
-from attncourse.grading.hooks import strip_hidden  # noqa: E402
-from attncourse.grading.noise import STDERR_NOISE  # noqa: E402
-from attncourse.grading.verdicts import JudgeHiddenTests  # noqa: E402
+from grader.guard import GuardedExecute  # noqa: E402
+from grader.hooks import strip_hidden  # noqa: E402
+from grader.noise import STDERR_NOISE  # noqa: E402
+from grader.verdicts import JudgeHiddenTests  # noqa: E402
 
 # Grader-only state: the secret that seeds grading inputs, staged submissions,
 # event logs. Never mounted in the sandbox, never released.
@@ -74,11 +74,11 @@ c.CourseDirectory.db_url = os.environ.get(
 # Hidden reference data (solutions/<id>/hidden/) is deleted from the release and
 # the feedback. nbgrader still copies it to autograded/, which the sandboxed
 # kernels never see: the verdict is computed in the grader, on inputs drawn per
-# grading run (attncourse.grading.fresh).
+# grading run (grader.fresh).
 c.GenerateAssignment.post_convert_hook = strip_hidden(ROOT / RELEASE)
 c.GenerateFeedback.post_convert_hook = strip_hidden(ROOT / FEEDBACK)
 # Feedback shows the graded notebook; strip the hidden tests' source from it
-# (their failures print only a message, see attncourse.grading.errors).
+# (their failures print only a message, see grader.kernel.errors).
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests,
                                     CSSHTMLHeaderPreprocessor]
 
@@ -106,8 +106,8 @@ c.Execute.startup_timeout = 120
 # PyTorch shutdown adds seconds per submission and changes nothing).
 c.Execute.shutdown_kernel = "immediate"
 
-if "autograde" in sys.argv[1:3] and not os.environ.get("ATTNCOURSE_GRADE_ALL"):
+if "autograde" in sys.argv[1:3] and not os.environ.get("GRADER_GRADE_ALL"):
     # plain `nbgrader autograde`: still sandboxed, but submissions are not staged
-    print("attncourse: prefer `python -m attncourse.grading.grade_all` -- it also "
+    print("attncourse: prefer `python -m grader grade` -- it also "
           "repairs or rejects broken submissions and writes the grading report",
           file=sys.stderr)

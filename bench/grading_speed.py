@@ -15,7 +15,7 @@ repository is not touched):
    (it imports TensorFlow and PyTorch), the other cells, shutdown;
 2. **autograde of the reference submission** -- one student who submitted the
    reference solution of every assignment, graded by
-   ``python -m attncourse.grading.grade_all`` (one worker): the autograde
+   ``python -m grader grade`` (one worker): the autograde
    step against (1) -- target at most 1.2x -- with its breakdown per notebook
    from the grading report (sandboxed kernel start, which preloads the
    frameworks, cells, the per-cell checks, kernel stop) and the nbgrader
@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import measure  # noqa: E402  (bench/ is not a package: the script's folder)
 
-from attncourse.grading import ASSIGNMENTS  # noqa: E402
-from attncourse.grading import notebooks as nbs  # noqa: E402
-from attncourse.grading.parallel import kernel_env  # noqa: E402
+from grader import notebooks as nbs  # noqa: E402
+from grader.assignments import ASSIGNMENTS  # noqa: E402
+from grader.parallel import kernel_env  # noqa: E402
 
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0",
          "KERAS_BACKEND": "tensorflow", "PYTHONHASHSEED": "0"}
@@ -119,13 +119,13 @@ def make_course(dest: Path, assignments, students: dict) -> int:
 
 def grade(root: Path, workers: int) -> dict:
     env = {**os.environ, **QUIET, "PYTHONPATH": str(root)}
-    env.pop("ATTNCOURSE_REFERENCE", None)
+    env.pop("GRADER_REFERENCE", None)
     bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic`
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     start = time.perf_counter()
     with open(root / "grade_all.log", "w") as log:
         code = subprocess.run(
-            [sys.executable, "-m", "attncourse.grading.grade_all", "--workers",
+            [sys.executable, "-m", "grader", "grade", "--workers",
              str(workers)], cwd=root, env=env, stdout=log,
             stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - start

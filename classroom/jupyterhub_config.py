@@ -3,7 +3,7 @@
     cd /srv/attention-course/hub
     jupyterhub -f /opt/attention-course/classroom/jupyterhub_config.py
 
-Users are the server's Unix accounts (PAM). The roster file (ATTN_ROSTER,
+Users are the server's Unix accounts (PAM). The roster file (ATTNCOURSE_ROSTER,
 default ./roster.txt beside the hub's database) lists who is who, one person a
 line:
 
@@ -21,7 +21,7 @@ line:
   so the formgrader cannot load inside JupyterLab's iframe -- and use the
   hub's admin page to start or stop servers;
 * the formgrader runs as its own Unix account ``grader-attention-course``
-  (ATTN_GRADER) whose home holds the course directory (a clone of the course
+  (ATTNCOURSE_GRADER) whose home holds the course directory (a clone of the course
   repository, mode 0700: solutions, hidden tests, gradebook).
 
 Every setting that differs between machines is an environment variable; see
@@ -44,19 +44,19 @@ def setting(name: str, default: str) -> str:
 
 # The Python environment with JupyterLab, nbgrader, jupytext, attncourse,
 # TensorFlow and PyTorch: the hub's own by default.
-PREFIX = Path(setting("ATTN_PYTHON_PREFIX", sys.prefix))
+PREFIX = Path(setting("ATTNCOURSE_PYTHON_PREFIX", sys.prefix))
 BIN = PREFIX / "bin"
-EXCHANGE = setting("ATTN_EXCHANGE", "/srv/nbgrader/exchange")
-GRADER = setting("ATTN_GRADER", f"grader-{COURSE}")
-COURSE_ROOT = setting("ATTN_COURSE_ROOT", f"/home/{GRADER}/{COURSE}")
-ROSTER = Path(setting("ATTN_ROSTER", "roster.txt"))
-HUB_IP = setting("ATTN_HUB_IP", "")  # the public address; "" = all interfaces
-HUB_PORT = int(setting("ATTN_HUB_PORT", "8000"))
-HUB_API_PORT = int(setting("ATTN_HUB_API_PORT", "8081"))
-PROXY_API_PORT = int(setting("ATTN_PROXY_API_PORT", "8001"))
-FORMGRADER_PORT = int(setting("ATTN_FORMGRADER_PORT", "9999"))
+EXCHANGE = setting("ATTNCOURSE_EXCHANGE", "/srv/nbgrader/exchange")
+GRADER = setting("ATTNCOURSE_GRADER", f"grader-{COURSE}")
+COURSE_ROOT = setting("ATTNCOURSE_COURSE_ROOT", f"/home/{GRADER}/{COURSE}")
+ROSTER = Path(setting("ATTNCOURSE_ROSTER", "roster.txt"))
+HUB_IP = setting("ATTNCOURSE_HUB_IP", "")  # the public address; "" = all interfaces
+HUB_PORT = int(setting("ATTNCOURSE_HUB_PORT", "8000"))
+HUB_API_PORT = int(setting("ATTNCOURSE_HUB_API_PORT", "8081"))
+PROXY_API_PORT = int(setting("ATTNCOURSE_PROXY_API_PORT", "8001"))
+FORMGRADER_PORT = int(setting("ATTNCOURSE_FORMGRADER_PORT", "9999"))
 # configurable-http-proxy, installed by `npm ci --prefix classroom`
-PROXY = setting("ATTN_PROXY_COMMAND",
+PROXY = setting("ATTNCOURSE_PROXY_COMMAND",
                 str(HERE / "node_modules" / ".bin" / "configurable-http-proxy"))
 CONFIG_DIRS = HERE / "jupyter"  # per-role Jupyter configuration
 
@@ -153,7 +153,7 @@ c.Spawner.server_token_scopes = [
 # ---------------------------------------------------------------- user servers
 COMMON_ENV = {
     "PATH": os.pathsep.join([str(BIN), "/usr/local/bin", "/usr/bin", "/bin"]),
-    "ATTN_EXCHANGE": EXCHANGE,
+    "ATTNCOURSE_EXCHANGE": EXCHANGE,
     # the course's quiet-kernel settings (see the course Makefile)
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "TF_ENABLE_ONEDNN_OPTS": "0",

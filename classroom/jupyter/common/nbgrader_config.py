@@ -19,8 +19,8 @@ c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 c.CourseDirectory.course_id = "attention-course"
 
 # The exchange: world-writable with the sticky bit (chmod 1777), on a disk
-# every single-user server sees. The hub passes ATTN_EXCHANGE to every server.
-c.Exchange.root = os.environ.get("ATTN_EXCHANGE", "/srv/nbgrader/exchange")
+# every single-user server sees. The hub passes ATTNCOURSE_EXCHANGE to every server.
+c.Exchange.root = os.environ.get("ATTNCOURSE_EXCHANGE", "/srv/nbgrader/exchange")
 # Students find their assignments in ~/attention-course/<assignment>/, so a
 # second course on the same hub cannot collide with this one.
 c.Exchange.path_includes_course = True

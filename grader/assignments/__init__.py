@@ -1,0 +1,25 @@
+"""The assignments, in course order: id -> module with the checks.
+
+Each module defines NAME, SEED, make_cases() (inputs per case, deterministic),
+expected(case, inputs) (the float64 reference), CHECKS (name -> Check) and
+crosscheck(case, inputs, expected) (agreement with the attncourse library).
+"""
+
+import importlib
+
+ASSIGNMENTS = {
+    "addressing": "addressing",
+    "scoring-functions": "scoring_functions",
+    "soft-hard-attention": "soft_hard_attention",
+    "key-value-masking": "key_value_masking",
+    "self-attention": "self_attention",
+    "multi-head-attention": "multi_head_attention",
+    "builtin-layers": "builtin_layers",
+}
+
+
+def get(assignment: str):
+    """The module defining ``assignment``'s reference and checks."""
+    if assignment not in ASSIGNMENTS:
+        raise KeyError(f"unknown assignment {assignment!r}; known: {list(ASSIGNMENTS)}")
+    return importlib.import_module(f"{__name__}.{ASSIGNMENTS[assignment]}")

@@ -1,0 +1,195 @@
+"""Assignment ``self-attention``: a Keras layer and a PyTorch module.
+
+SelfAttentionTF(d_k, d_v, causal=False) (keras.layers.Layer, weights from
+add_weight in build) and SelfAttentionTorch(input_dim, d_k, d_v, causal=False)
+(nn.Module with nn.Parameters): weights W_q, W_k (input_dim, d_k), W_v
+(input_dim, d_v); call(inputs, attention_mask=None, return_weights=False):
+
+    Q, K, V = X W_q, X W_k, X W_v;  weights = softmax(Q K^T / sqrt(d_k), mask);
+    outputs = weights V.
+
+attention_mask: bool, True = attend, broadcastable to (batch, seq, seq);
+causal=True also hides keys j > i (AND with attention_mask).
+
+Checks: ``forward`` (no mask), ``masks`` (padding, causal, both),
+``gradients`` (w.r.t. W_q, W_k, W_v and the inputs).
+"""
+
+import math
+
+import numpy as np
+
+from grader import numeric
+from grader.assignments._common import rng
+from grader.core import Check, Variant
+from grader.kernel.runners.self_attention import (
+    D_K,
+    D_V,
+    INPUT_DIM,
+    RUNS,
+    SEQ,
+    TARGETS,
+    WEIGHTS,
+)
+
+NAME = "self-attention"
+SEED = 5005
+
+
+def make_cases() -> dict:
+    r = rng(SEED)
+    base = {
+        "inputs": r.normal(size=(2, SEQ, INPUT_DIM)),
+        "W_q": r.normal(size=(INPUT_DIM, D_K)) / math.sqrt(INPUT_DIM),
+        "W_k": r.normal(size=(INPUT_DIM, D_K)) / math.sqrt(INPUT_DIM),
+        "W_v": r.normal(size=(INPUT_DIM, D_V)) / math.sqrt(INPUT_DIM),
+        "upstream": r.normal(size=(2, SEQ, D_V)),
+    }
+    padding = numeric.lengths_mask(np.array([5, 3]), SEQ)[:, None, :]  # (2, 1, 5)
+    no_mask = np.ones((1, 1, 1), dtype=bool)
+    cases = {}
+    for name, causal, mask in (("plain", False, None),
+                               ("padded", False, padding),
+                               ("causal", True, None),
+                               ("causal_padded", True, padding)):
+        case = dict(base, causal=np.array(causal),
+                    has_mask=np.array(mask is not None),
+                    attention_mask=no_mask if mask is None else mask)
+        cases[name] = case
+    return cases
+
+
+def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok"):
+    x = i["inputs"]
+    q, k, v = x @ i["W_q"], x @ i["W_k"], x @ i["W_v"]
+    if swap_qk:
+        q, k = k, q
+    s = q @ np.swapaxes(k, -1, -2)
+    div = {"d_k": D_K, "none": 1.0, "d_v": D_V, "input_dim": INPUT_DIM,
+           "d_k_no_sqrt": D_K ** 2}[scale]
+    s = s / math.sqrt(div)
+    n = x.shape[1]
+    full = np.ones((1, n, n), dtype=bool)
+    m = full
+    if bool(i["has_mask"]) and mask != "ignored":
+        pad = i["attention_mask"]
+        m = m & (~pad if mask == "inverted" else pad)
+    if bool(i["causal"]) and causal != "ignored":
+        tri = {"ok": numeric.causal(n), "flipped": numeric.causal(n).T,
+               "strict": np.tril(np.ones((n, n), dtype=bool), -1)}[causal]
+        m = m & tri
+    m = np.broadcast_to(m, s.shape)
+    if axis == -1:
+        w = numeric.masked_softmax(s, m)
+    else:
+        w = numeric.softmax(np.where(m, s, -1e9), axis=axis) * m
+    return {"outputs": w @ v, "weights": w}
+
+
+def expected(case: str, inputs: dict) -> dict:
+    result = _forward(inputs)
+    if case == "plain":
+        x, g = inputs["inputs"], inputs["upstream"]
+        q, k, v = (x @ inputs[w] for w in WEIGHTS)
+        scale = 1 / math.sqrt(D_K)
+        dq, dk, dv = numeric.attention_backward(q, k, v, result["weights"], g, scale)
+        result.update({
+            "grad_W_q": np.einsum("bnd,bne->de", x, dq),
+            "grad_W_k": np.einsum("bnd,bne->de", x, dk),
+            "grad_W_v": np.einsum("bnd,bne->de", x, dv),
+            "grad_inputs": dq @ inputs["W_q"].T + dk @ inputs["W_k"].T
+                           + dv @ inputs["W_v"].T,
+        })
+    return result
+
+
+FORWARD_VARIANTS = (
+    Variant("missing-scale",
+            "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)).",
+            lambda i: _forward(i, scale="none")),
+    Variant("scale-uses-d_v",
+            "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the size "
+            "of queries and keys.",
+            lambda i: _forward(i, scale="d_v")),
+    Variant("scale-uses-input_dim",
+            "the scores are divided by sqrt(input_dim); the scale is sqrt(d_k), the "
+            "size of the projected queries and keys.",
+            lambda i: _forward(i, scale="input_dim")),
+    Variant("scale-not-sqrt", "the scores are divided by d_k instead of sqrt(d_k).",
+            lambda i: _forward(i, scale="d_k_no_sqrt")),
+    Variant("softmax-axis",
+            "the softmax runs over the queries axis; each query (row) needs a "
+            "distribution over the keys (last axis).",
+            lambda i: _forward(i, axis=1)),
+    Variant("queries-keys-swapped",
+            "queries and keys are swapped (K Q^T instead of Q K^T): row i of the "
+            "scores must hold query i against every key.",
+            lambda i: _forward(i, swap_qk=True)),
+)
+
+PADDED, CAUSAL = ("padded", "causal_padded"), ("causal", "causal_padded")
+MASK_VARIANTS = (
+    Variant("inverted-mask",
+            "the attention_mask polarity is inverted: True = attend.",
+            lambda i: _forward(i, mask="inverted"), cases=PADDED),
+    Variant("mask-ignored", "attention_mask is not applied.",
+            lambda i: _forward(i, mask="ignored"), cases=PADDED),
+    Variant("causal-flipped",
+            "the causal mask points the wrong way: query i may attend to keys "
+            "j <= i (the past and itself), not to the future.",
+            lambda i: _forward(i, causal="flipped"), cases=CAUSAL),
+    Variant("causal-excludes-diagonal",
+            "the causal mask hides the diagonal: query i may also attend to "
+            "itself (j <= i).",
+            lambda i: _forward(i, causal="strict"), cases=CAUSAL),
+    Variant("causal-ignored", "causal=True does not hide the future keys.",
+            lambda i: _forward(i, causal="ignored"), cases=CAUSAL),
+)
+
+
+NOTES = {"plain": "batch 2, seq 5, input_dim 6, d_k 4, d_v 3; no mask",
+         "padded": "padding mask (batch, 1, seq) for lengths 5 and 3",
+         "causal": "causal=True, no attention_mask",
+         "causal_padded": "causal=True and a padding mask"}
+REMINDER = ("Q, K, V = X W_q, X W_k, X W_v; softmax(Q K^T / sqrt(d_k)) over keys, "
+            "masked where attention_mask is False or (causal) key j > query i.")
+CHECKS = {
+    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=FORWARD_VARIANTS, case_notes=NOTES, reminder=REMINDER),
+    "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS,
+                   compare=("weights", "outputs"), variants=MASK_VARIANTS + FORWARD_VARIANTS, case_notes=NOTES,
+                   reminder=REMINDER),
+    "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
+                       variants=FORWARD_VARIANTS, case_notes=NOTES,
+                       reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
+                                "W_v and the inputs (check the forward test first)."),
+}
+
+
+def crosscheck(case: str, inputs: dict, exp: dict) -> None:
+    """The reference agrees with the library's CustomAttention (NumPy forward,
+    PyTorch float64 autograd for the gradients)."""
+    import torch
+
+    import attncourse.numpy as anp
+    import attncourse.torch as atorch
+
+    layer = anp.CustomAttention(D_K, D_V, INPUT_DIM)
+    anp.set_weights_numpy(layer, {w: inputs[w] for w in WEIGHTS})
+    n = SEQ
+    mask = np.ones((1, n, n), dtype=bool)
+    if bool(inputs["has_mask"]):
+        mask = mask & inputs["attention_mask"]
+    if bool(inputs["causal"]):
+        mask = mask & anp.causal_mask(n)
+    out, w = layer(inputs["inputs"], attention_mask=mask, return_weights=True)
+    np.testing.assert_allclose(out, exp["outputs"], atol=1e-12)
+    np.testing.assert_allclose(w, exp["weights"], atol=1e-12)
+    if case == "plain":
+        mod = atorch.CustomAttention(D_K, D_V, INPUT_DIM).double()
+        atorch.set_weights_numpy(mod, {w: inputs[w] for w in WEIGHTS})
+        x = torch.tensor(inputs["inputs"], requires_grad=True)
+        (mod(x) * torch.tensor(inputs["upstream"])).sum().backward()
+        for wname in WEIGHTS:
+            np.testing.assert_allclose(getattr(mod, wname).grad.numpy(),
+                                       exp[f"grad_{wname}"], atol=1e-12)
+        np.testing.assert_allclose(x.grad.numpy(), exp["grad_inputs"], atol=1e-12)

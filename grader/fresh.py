@@ -1,0 +1,83 @@
+"""Grading inputs drawn per grading run: a cached answer cannot pass.
+
+The committed reference file (``solutions/<id>/hidden/reference.npz``) has
+fixed inputs; anyone who ever saw it -- or the trial run that leaked it -- could
+return its outputs without computing anything. Sandboxed grading therefore
+draws *new* inputs for every (assignment, student) from the task's own
+``make_cases()`` with another seed, computes the expected outputs with the
+task's float64 reference (``expected``), and checks that every known mistake is
+still distinguishable on them (``references.check_variants``; if not, the next
+seed is tried). Only the inputs go to the kernel; the expected outputs stay in
+the grader.
+
+The seed is an HMAC of the assignment and student id with a course secret
+(``<state dir>/secret``, created on first use, mode 0600, never mounted in the
+sandbox), so regrading gives the same inputs -- and the same verdicts and
+messages -- while students cannot predict them.
+"""
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from grader import assignments, reference
+from grader import build_references as references
+
+ATTEMPTS = 20
+
+
+def secret(state_dir) -> bytes:
+    """The course's grading secret (created on first use)."""
+    path = Path(state_dir) / "secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip().encode()
+
+
+def seed_for(key: bytes, assignment: str, student: str) -> int:
+    digest = hmac.new(key, f"{assignment}\0{student}".encode(), hashlib.sha256)
+    return int.from_bytes(digest.digest()[:6], "big")
+
+
+def draw(assignment: str, seed: int) -> dict:
+    """Reference arrays (inputs and expected outputs) of ``assignment`` for a seed
+    at or after ``seed`` on which every known mistake stays distinguishable."""
+    module = assignments.get(assignment)
+    original = module.SEED  # make_cases() reads the module's SEED
+    try:
+        for attempt in range(ATTEMPTS):
+            module.SEED = seed + attempt
+            cases = module.make_cases()
+            expected = {c: module.expected(c, inputs) for c, inputs in cases.items()}
+            try:
+                references.check_variants(module, cases, expected)
+            except AssertionError:
+                continue
+            return reference.pack(module.NAME, seed + attempt, cases, expected)
+    finally:
+        module.SEED = original
+    raise RuntimeError(f"{assignment}: no seed from {seed} on keeps every known "
+                       f"mistake distinguishable")
+
+
+def inputs_only(arrays: dict) -> dict:
+    """What the kernel may see: the inputs and the assignment id, no outputs,
+    no seed."""
+    meta = reference.ReferenceData(arrays).meta
+    import json
+
+    import numpy as np
+
+    kept = {k: v for k, v in arrays.items() if "/in/" in k}
+    kept["__meta__"] = np.array(json.dumps({"assignment": meta["assignment"],
+                                            "format": meta.get("format", 1)}))
+    return kept
+
+
+def for_student(state_dir, assignment: str, student: str) -> dict:
+    return draw(assignment, seed_for(secret(state_dir), assignment, student))

@@ -1,0 +1,271 @@
+"""Grade every submission: sandboxed autograde, feedback, grades, report.
+
+    python -m grader grade [--force] [--no-sandbox] [--workers N]
+        [--cell-timeout S] [--notebook-timeout S] [--memory GIB]
+        [--students A,B] [--report PATH] [ASSIGNMENT ...]
+
+Put submissions in ``submitted/<student>/<assignment>/<assignment>.ipynb`` (or
+collect them with ``nbgrader collect`` / ``nbgrader zip_collect``), then run
+this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
+
+0. refuse to start while another run grades this course folder (a lock in
+   the grading state); check that a bubblewrap sandbox can be started
+   (otherwise stop, unless ``--no-sandbox``: then every kernel runs
+   unsandboxed -- UNSAFE for untrusted code -- and every submission is
+   flagged ``unsandboxed``);
+1. check that the hidden reference data is up to date
+   (``grader.build_references --check``);
+2. ``nbgrader generate_assignment "*" --force`` -- records the current hidden
+   tests in gradebook.db (autograde restores them from there) and refreshes
+   the release; this step, and creating the students' rows, hold a lock on the
+   gradebook (``grader.parallel``), so graders sharing one
+   PostgreSQL gradebook (``NBGRADER_DB_URL``) can run at the same time on
+   different students;
+3. stage the submissions (``grader.staging``): unreadable,
+   missing or foreign notebooks are set aside, the rest rebuilt on the release
+   in ``.grading/staged/`` (``submitted/`` is never changed);
+4. ``nbgrader autograde "*"`` on the staged copies -- every student in one
+   call, or with ``--workers N`` in N processes at once, each on its own part
+   of the submissions; each kernel runs in the sandbox, hidden tests are
+   judged outside it (``--force`` regrades submissions graded before);
+5. gives every submission that could not be graded a gradebook row with 0
+   points (nbgrader's gradebook API, ``auto_score``);
+6. ``nbgrader generate_feedback "*"`` -- then checks that the feedback holds
+   no hidden data, hidden-test text or reference numbers (fails otherwise);
+7. ``nbgrader export --to grades.csv`` -- one row per student and assignment;
+8. prints a table -- score per part, flags such as timeout / crashed /
+   tampered / missing -- and writes it to ``grading-report.json`` and
+   ``grading-report.md`` (``--report``), with the seconds each step took and,
+   per submission, the kernel's start, cell and check times.
+
+Release feedback to students only after this command succeeds.
+"""
+
+import argparse
+import contextlib
+import html
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from grader import build_references as references
+from grader import events, leaks, parallel, report, sandbox, staging
+from grader.nbgrader_cli import ROOT, assignments_in, nbgrader
+
+BANNER = "!" * 78
+
+
+def submitted(root: Path, assignment: str) -> list[str]:
+    return staging.students_with(root, "submitted", assignment)
+
+
+def course_config(root: Path) -> dict:
+    """Settings of the course's nbgrader_config.py that the report shows."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = {}
+    try:
+        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    except Exception:  # noqa: BLE001  (a missing config: nbgrader's defaults)
+        pass
+
+    def get(section, key, default):
+        try:
+            value = cfg[section][key]
+            return default if value is None or type(value).__name__ == \
+                "LazyConfigValue" else value
+        except KeyError:
+            return default
+
+    return {
+        "db_url": get("CourseDirectory", "db_url",
+                      f"sqlite:///{root / 'gradebook.db'}"),
+        "course_id": get("CourseDirectory", "course_id", ""),
+        "state_dir": get("GuardedExecute", "state_dir", str(root / ".grading")),
+        "cell_timeout": get("Execute", "timeout", 120),
+        "notebook_timeout": get("GuardedExecute", "notebook_timeout", 900),
+        "memory": get("SandboxedKernelManager", "memory_limit", sandbox.Limits.memory),
+        "processes": get("SandboxedKernelManager", "process_limit",
+                         sandbox.Limits.processes),
+    }
+
+
+def feedback_note(root: Path, student: str, assignment: str, notes) -> None:
+    """A feedback page for a submission that could not be graded."""
+    folder = root / "feedback" / student / assignment
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes) or "<li>-</li>"
+    secret = root / "submitted" / student / assignment / staging.SECRET
+    if secret.is_file():  # lets nbgrader release_feedback return this page
+        shutil.copy(secret, folder / staging.SECRET)
+    (folder / f"{assignment}.html").write_text(
+        f"<!DOCTYPE html><html><body><h1>{html.escape(assignment)}</h1>"
+        f"<p>Your submission could not be graded (0 points):</p><ul>{items}</ul>"
+        f"</body></html>\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*",
+                        help="assignment ids (default: every one with submissions)")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the course root")
+    parser.add_argument("--force", action="store_true",
+                        help="regrade and rewrite feedback that exists already")
+    parser.add_argument("--to", default="grades.csv", help="the grades file")
+    parser.add_argument("--report", default="grading-report",
+                        help="the report: <REPORT>.json and <REPORT>.md")
+    parser.add_argument("--students", help="comma-separated student ids (default: all)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run student kernels WITHOUT bubblewrap (UNSAFE: only "
+                             "for trusted submissions)")
+    parser.add_argument("--cell-timeout", type=int, help="seconds per cell")
+    parser.add_argument("--notebook-timeout", type=int, help="seconds per notebook")
+    parser.add_argument("--memory", type=float, help="GiB of address space per process")
+    parser.add_argument("--processes", type=int,
+                        help="processes + threads per kernel")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="autograde processes at once (default 1; at most one "
+                             "per CPU core is useful)")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    steps: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(name):
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            steps[name] = round(steps.get(name, 0) + time.monotonic() - began, 2)
+
+    root = args.root.resolve()
+    os.environ["GRADER_GRADE_ALL"] = "1"  # inherited by nbgrader
+    os.environ.update(parallel.kernel_env())  # one thread per student kernel
+    settings = course_config(root)
+    state = Path(settings["state_dir"])
+    try:  # held until this process ends
+        course_lock = parallel.hold_course_lock(state)  # noqa: F841
+    except parallel.CourseBusy as exc:
+        print(f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
+              f"finished.\n{BANNER}", flush=True)
+        return 2
+
+    overrides = []
+    if args.cell_timeout:
+        overrides.append(f"--Execute.timeout={args.cell_timeout}")
+        settings["cell_timeout"] = args.cell_timeout
+    if args.notebook_timeout:
+        overrides.append(f"--GuardedExecute.notebook_timeout={args.notebook_timeout}")
+        settings["notebook_timeout"] = args.notebook_timeout
+    if args.memory:
+        settings["memory"] = int(args.memory * sandbox.GiB)
+        overrides.append(f"--SandboxedKernelManager.memory_limit={settings['memory']}")
+    if args.processes:
+        settings["processes"] = args.processes
+        overrides.append(f"--SandboxedKernelManager.process_limit={args.processes}")
+    if args.no_sandbox:
+        overrides.append("--SandboxedKernelManager.sandbox=False")
+        print(f"{BANNER}\nWARNING: --no-sandbox: student code runs as "
+              f"{os.environ.get('USER', 'this user')}, with network access, and can "
+              f"read the reference data and\nwrite the gradebook. Every submission is "
+              f"flagged 'unsandboxed'. Use only for trusted submissions.\n{BANNER}",
+              flush=True)
+    else:
+        problem = sandbox.check_available(sandbox.Limits(memory=settings["memory"]))
+        if problem:
+            print(f"{BANNER}\nERROR: cannot sandbox student kernels: {problem}\n"
+                  f"Nothing was graded.\n{BANNER}", flush=True)
+            return 2
+        print("sandbox: bubblewrap OK (no network, read-only system, no course "
+              "files, limits per kernel)", flush=True)
+
+    began = time.monotonic()
+    present = args.assignments or assignments_in(root)
+    with step("check references"):
+        if references.main(["--check", "--no-crosscheck", "--root", str(root),
+                            *present]):
+            return 1
+    todo = [a for a in present if submitted(root, a)]
+    if not todo:
+        print("no submissions found under submitted/<student>/<assignment>/")
+        return 1
+    force = ["--force"] if args.force else []
+    for assignment in todo:
+        print(f"== {assignment}: {', '.join(submitted(root, assignment))}")
+    # one nbgrader process per step: "*" covers every assignment at once
+    batch = ["*"] if not args.assignments else todo
+    db, course = settings["db_url"], settings["course_id"]
+    with step("generate"), parallel.gradebook_lock(db):
+        for assignment in batch:
+            nbgrader(root, "generate_assignment", assignment, "--force")
+
+    students = set(args.students.split(",")) if args.students else None
+    with step("stage"):
+        staged = staging.stage(root, state, todo, students)
+    ungradable = [s for s in staged if s.notebook is None]
+    for s in ungradable:
+        events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
+    with parallel.gradebook_lock(db):
+        parallel.ensure_students(db, course, {s.student for s in staged})
+    gradable = [s for s in staged if s.notebook is not None]
+    with step("autograde"):
+        if gradable and args.workers > 1:
+            parallel.run_workers(root, state, gradable, batch, args.workers,
+                                 [*force, *overrides])
+        elif gradable:
+            staged_dir = str(state / "staged")
+            for assignment in batch:
+                nbgrader(root, "autograde", assignment,
+                         f"--CourseDirectory.submitted_directory={staged_dir}",
+                         *force, *overrides, check=False)
+
+    for s in staged:
+        ev = events.Events(state, s.assignment, s.student, "finish")
+        if s.notebook is not None and not report.graded(db, course, s.assignment,
+                                                        s.student):
+            ev.flag("grader-error", "nbgrader could not grade this submission "
+                    "(see the log above); scored 0")
+        if s.notebook is None or ev.flags:
+            report.zero(db, course, s.assignment, s.student)
+            shutil.rmtree(root / "autograded" / s.student / s.assignment,
+                          ignore_errors=True)
+            feedback_note(root, s.student, s.assignment,
+                          s.events.notes + ev.notes)
+        ev.save()
+
+    with step("feedback"):
+        for assignment in batch:
+            nbgrader(root, "generate_feedback", assignment, *force)
+    with step("leak scan"):
+        problems = leaks.scan_release(root) + leaks.scan_feedback(root)
+    for p in problems:
+        print("LEAK:", p)
+    if problems:
+        print("do NOT release this feedback")
+        return 1
+    with step("export"):
+        nbgrader(root, "export", "--to", args.to)
+    print(f"grades written to {root / args.to}")
+
+    limits = {"cell": f"{settings['cell_timeout']} s",
+              "notebook": f"{settings['notebook_timeout']} s",
+              "memory": f"{settings['memory'] / sandbox.GiB:g} GiB",
+              "processes": settings["processes"]}
+    result = report.build(db, course, state,
+                          [(s.assignment, s.student) for s in staged],
+                          sandboxed=not args.no_sandbox, limits=limits)
+    steps["total"] = round(time.monotonic() - began, 2)
+    result["workers"], result["steps"] = args.workers, steps
+    json_path, md_path = report.write(result, root / args.report)
+    print()
+    print(report.table(result))
+    print(f"\nreport written to {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The student kernel inside the sandbox: preload, integrity probe, ipykernel.
+
+Started by ``grader.sandbox`` (after the bootstrap has dropped root
+and set the rlimits), ``main()``
+
+1. imports the course's modules (attncourse first: it quiets TensorFlow; then
+   NumPy, TensorFlow, Keras, PyTorch) before any student code, so a
+   ``numpy.py`` or an ``attncourse/`` next to a notebook cannot shadow them
+   (``python -P``: the working directory is not on ``sys.path`` either);
+2. takes a snapshot of what grading relies on -- comparison functions
+   (``numpy.allclose``, ``numpy.testing.*``, ``math.isclose``,
+   ``torch.allclose``, ``torch.testing.*``, ``tf.debugging.*``, ...),
+   ``builtins``, ``torch.Tensor``'s methods, the ``grader``
+   modules (functions and their code objects, the checks), the test helpers
+   in the notebook's namespace, and IPython's / ipykernel's execution and
+   messaging methods;
+3. starts ipykernel with a ``post_run_cell`` hook that compares the current
+   state with the snapshot after every cell and publishes the result as an
+   ``application/vnd.attncourse.integrity+json`` output of that cell.
+
+The grader (``grader.verdicts``) treats a cell whose report lists
+changes -- or that has no report at all although it ran -- as tampering: every
+test cell from there on scores 0 and the submission is flagged ``tampered``.
+This is detection, not prevention: code in the kernel can in principle undo
+anything done in the kernel. What does not depend on it: hidden tests are
+judged outside the kernel, on inputs drawn for this grading run, against
+reference outputs the kernel never sees (see solutions/GRADING_SECURITY.md).
+"""
+
+import importlib
+import json
+import os
+import sys
+import types
+
+PRELOAD = ("attncourse", "numpy", "numpy.testing", "tensorflow", "keras", "torch",
+           "torch.testing", "grader.kernel", "attncourse.testing",
+           "grader.kernel.runners")
+
+# IPython / ipykernel swap these builtins in and out around each execution.
+VOLATILE_BUILTINS = {"exit", "quit", "get_ipython", "display", "input", "raw_input",
+                     "__IPYTHON__", "_", "__", "___", "help", "copyright", "credits",
+                     "license", "__builtins__"}
+NOTEBOOK_HELPERS = {"expect_close": "attncourse.testing",
+                    "expect_distribution": "attncourse.testing",
+                    "expect_shape": "attncourse.testing",
+                    "as_array": "attncourse.testing"}
+NUMPY_WATCHED = ("numpy.testing", "numpy._core.numeric", "numpy.lib", "numpy.linalg")
+TORCH_NAMES = ("allclose", "isclose", "equal", "eq", "all", "any", "abs", "isfinite",
+               "isnan", "is_tensor", "tensor", "as_tensor", "from_numpy", "testing",
+               "autograd", "Tensor", "softmax", "matmul", "sum", "exp", "log")
+TF_NAMES = ("debugging", "reduce_all", "reduce_any", "abs", "equal", "math",
+            "GradientTape", "Variable", "constant", "convert_to_tensor", "cast")
+SHELL_METHODS = ("run_cell", "run_cell_async", "_run_cell", "run_code", "run_ast_nodes",
+                 "showtraceback", "_showtraceback", "showsyntaxerror", "transform_cell",
+                 "should_run_async", "ex", "ev", "safe_execfile")
+KERNEL_METHODS = ("do_execute", "execute_request", "send_response", "dispatch_shell",
+                  "process_one", "_publish_status", "_publish_execute_input")
+
+
+def _preload(names) -> list[str]:
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (a course without torch, say)
+            failed.append(name)
+    return failed
+
+
+def _public(namespace) -> dict:
+    try:
+        items = vars(namespace).items()
+    except TypeError:
+        return {}
+    return {k: v for k, v in items if not k.startswith("_")
+            and (callable(v) or isinstance(v, types.ModuleType))}
+
+
+def _fingerprint(obj):
+    """What identifies a watched object: itself (a bound method: its function
+    and instance), and its code if it is a Python function."""
+    if isinstance(obj, types.MethodType):
+        ident = (id(obj.__func__), id(obj.__self__))
+        obj = obj.__func__
+    else:
+        ident = id(obj)
+    code = getattr(obj, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return (ident, None, None)
+    return (ident, id(code), id(getattr(obj, "__defaults__", None)))
+
+
+class Probe:
+    """Snapshot of what grading relies on; ``changes()`` lists what differs."""
+
+    def __init__(self):
+        self._keep = []  # strong references: ids stay unique
+        self.spaces = []  # (label, getter, {name: fingerprint})
+        self.modules = {}
+        self.shell = self.kernel = None
+        self.user_ns_helpers = {}
+        self._snapshot()
+
+    def _watch(self, label, getter, names=None):
+        try:
+            ns = getter()
+        except Exception:  # noqa: BLE001
+            return
+        if ns is None:
+            return
+        if names is None:
+            members = _public(ns)
+            if label == "builtins":
+                members = {k: v for k, v in vars(ns).items()
+                           if k not in VOLATILE_BUILTINS}
+        else:
+            members = {n: getattr(ns, n) for n in names if hasattr(ns, n)}
+        self._keep.append(members)
+        self.spaces.append((label, getter,
+                            {k: _fingerprint(v) for k, v in members.items()}))
+
+    def _snapshot(self):
+        import builtins
+        import math
+
+        m = sys.modules
+        self._watch("builtins", lambda: builtins)
+        self._watch("math", lambda: math)
+        for name in list(m):
+            if name == "numpy" or name.startswith(NUMPY_WATCHED):
+                if "." not in name or name.count(".") <= 2:
+                    self._watch(name, lambda n=name: sys.modules.get(n))
+        if "torch" in m:
+            torch = m["torch"]
+            self._watch("torch", lambda: sys.modules["torch"], TORCH_NAMES)
+            self._watch("torch.testing", lambda: sys.modules["torch"].testing)
+            self._watch("torch.Tensor", lambda: sys.modules["torch"].Tensor,
+                        [k for k, v in vars(torch.Tensor).items() if callable(v)])
+            self._watch("torch.nn.functional",
+                        lambda: sys.modules["torch"].nn.functional)
+        if "tensorflow" in m:
+            self._watch("tf", lambda: sys.modules["tensorflow"], TF_NAMES)
+            self._watch("tf.debugging", lambda: sys.modules["tensorflow"].debugging)
+            self._watch("tf.math", lambda: sys.modules["tensorflow"].math)
+        for name in list(m):
+            if name == "grader" or name.startswith("grader."):
+                self._watch(name, lambda n=name: sys.modules.get(n))
+                checks = getattr(m[name], "RUNS", None)
+                if isinstance(checks, dict):
+                    self._watch(f"{name}.RUNS", lambda n=name: _checks_view(n))
+        self.modules = {n: id(mod) for n, mod in m.items()
+                        if n.split(".")[0] in ("numpy", "torch", "tensorflow", "math",
+                                               "builtins", "attncourse", "IPython",
+                                               "ipykernel", "zmq", "jupyter_client")}
+        self._keep.append(dict(m))
+
+    def attach(self, shell, kernel):
+        """Watch the shell, the kernel and the notebook namespace from now on."""
+        self.shell, self.kernel = shell, kernel
+        for label, obj, names in (("IPython shell", shell, SHELL_METHODS),
+                                  ("ipykernel", kernel, KERNEL_METHODS)):
+            self._watch(label, lambda o=obj: o, names)
+            self._watch(f"{label} class", lambda o=obj: type(o), names)
+        session = getattr(kernel, "session", None)
+        if session is not None:
+            self._watch("jupyter session", lambda: kernel.session,
+                        ("send", "serialize", "sign", "msg"))
+        self._transformers = self._transformer_ids()
+        for name, module in NOTEBOOK_HELPERS.items():
+            mod = sys.modules.get(module)
+            if mod is not None and hasattr(mod, name):
+                self.user_ns_helpers[name] = getattr(mod, name)
+
+    def _transformer_ids(self):
+        s = self.shell
+        return [tuple(id(t) for t in getattr(s, attr, []))
+                for attr in ("input_transformers_cleanup", "input_transformers_post",
+                             "ast_transformers")]
+
+    def changes(self) -> list[str]:
+        found = []
+        for label, getter, snap in self.spaces:
+            try:
+                ns = getter()
+            except Exception:  # noqa: BLE001
+                found.append(f"{label} (gone)")
+                continue
+            current = (vars(ns) if label == "builtins" else None)
+            for name, fp in snap.items():
+                try:
+                    obj = current[name] if current is not None else getattr(ns, name)
+                except (KeyError, AttributeError, Exception):  # noqa: BLE001
+                    found.append(f"{label}.{name} (deleted)")
+                    continue
+                if _fingerprint(obj) != fp:
+                    found.append(f"{label}.{name}")
+            if label in ("IPython shell", "ipykernel", "jupyter session"):
+                inst = getattr(ns, "__dict__", {})
+                for name in snap:
+                    if name in inst and not _same_bound(inst[name], ns, name):
+                        found.append(f"{label}.{name} (instance override)")
+        for name, mid in self.modules.items():
+            mod = sys.modules.get(name)
+            if mod is None or id(mod) != mid:
+                found.append(f"sys.modules[{name!r}]")
+        if self.shell is not None:
+            if self._transformer_ids() != self._transformers:
+                found.append("IPython input/AST transformers")
+            ns = self.shell.user_ns
+            for name, original in self.user_ns_helpers.items():
+                if name in ns and ns[name] is not original:
+                    found.append(f"notebook name {name}")
+        return sorted(set(found))
+
+
+def _same_bound(value, owner, name) -> bool:
+    return getattr(value, "__func__", None) is getattr(type(owner), name, object())
+
+
+def _checks_view(module_name):
+    """A namespace view of a runner module's RUNS: each run and its fields."""
+    checks = getattr(sys.modules.get(module_name), "RUNS", {})
+    view = types.SimpleNamespace()
+    for name, check in checks.items():
+        setattr(view, name, check)
+        for field in ("run", "cases", "gradients"):
+            setattr(view, f"{name}.{field}", getattr(check, field, None))
+    return view
+
+
+def _publisher(shell):
+    publish = shell.display_pub.publish
+
+    def send(mime, payload):
+        publish(data={mime: payload}, metadata={})
+    return send
+
+
+def install(shell, kernel, probe: Probe):
+    """Register the post_run_cell hook that reports the probe's findings."""
+    from grader.kernel.observations import INTEGRITY
+
+    probe.attach(shell, kernel)
+    send = _publisher(shell)
+    counter = {"n": 0}
+
+    def report(result=None):
+        counter["n"] += 1
+        try:
+            changed = probe.changes()
+        except Exception as exc:  # noqa: BLE001
+            changed = [f"probe failed ({type(exc).__name__})"]
+        send(INTEGRITY, json.dumps({"v": 1, "cell": counter["n"], "changed": changed}))
+
+    shell.events.register("post_run_cell", report)
+    return report
+
+
+def _as_if_imported_in_the_kernel():
+    """TensorFlow configures its logger when first used: outside a kernel to
+    stderr, inside one (``sys.ps1`` set) to stdout. Preloading happens before
+    the kernel exists, so undo that choice and let TensorFlow make it again in
+    the kernel -- as when the notebook imports it (stdout costs no points)."""
+    import logging
+
+    mod = sys.modules.get("tensorflow.python.platform.tf_logging")
+    logger = getattr(mod, "_logger", None)
+    if logger is None:
+        return
+    for handler in list(logger.handlers):
+        if isinstance(handler, logging.StreamHandler) and \
+                handler.stream in (sys.__stderr__, sys.__stdout__):
+            logger.removeHandler(handler)
+    mod._logger = None
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    preload = os.environ.get("GRADER_PRELOAD")
+    _preload(preload.split(",") if preload else PRELOAD)
+    probe = Probe()
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance()
+    app.initialize(argv)
+    _as_if_imported_in_the_kernel()
+    install(app.shell, app.kernel, probe)
+    app.start()
+
+
+if __name__ == "__main__":
+    main()

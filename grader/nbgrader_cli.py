@@ -1,0 +1,59 @@
+"""Run nbgrader commands for the course (shared by release and grade_all).
+
+``python -m grader.nbgrader_cli <args>`` is ``nbgrader <args>`` minus a slow import:
+
+jsonschema registers an optional "iri" format check when the package
+``rfc3987_syntax`` is importable; importing that package builds a Lark grammar,
+about 1.3 CPU seconds -- half of nbgrader's start-up, paid by every nbgrader
+command (grade_all runs five, plus one per autograde worker). nbgrader
+validates notebooks against nbformat's schema, which has no "iri" formats, so
+the check is never used: marking the module as absent skips it (jsonschema
+treats it as not installed) and changes nothing else.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.modules.setdefault("rfc3987_syntax", None)  # import -> ImportError, skipped
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nbgrader_command(*args: str, env=None) -> tuple[list[str], dict]:
+    """The command line and environment of ``python -m nbgrader <args>``."""
+    env = dict(os.environ if env is None else env)
+    env.setdefault("PYTHONHASHSEED", "0")
+    # nbgrader runs `alembic` from PATH: use the one beside this Python
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    return [sys.executable, "-m", "grader.nbgrader_cli", *args], env
+
+
+def nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m nbgrader <args>`` from the course root, output passed through."""
+    cmd, env = nbgrader_command(*args)
+    print("$ nbgrader " + " ".join(args), flush=True)
+    start = time.monotonic()
+    result = subprocess.run(cmd, cwd=root, env=env)
+    print(f"  ({time.monotonic() - start:.0f} s)", flush=True)
+    if check and result.returncode:
+        raise SystemExit(f"nbgrader {args[0]} failed (exit {result.returncode})")
+    return result
+
+
+def assignments_in(root: Path, source_dir: str = "solutions") -> list[str]:
+    """Assignment ids present in the source directory, in course order."""
+    from grader.assignments import ASSIGNMENTS
+
+    present = {p.parent.name for p in (root / source_dir).glob("*/*.ipynb")}
+    ordered = [a for a in ASSIGNMENTS if a in present]
+    return ordered + sorted(present - set(ordered))
+
+
+if __name__ == "__main__":
+    from nbgrader.apps.nbgraderapp import main
+
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Build the whole book from scratch, executing every chapter, and check the site.
+
+The build goes to a fresh folder, so the execution cache is empty and every
+notebook runs. It is the slowest test; `make test-fast` skips it.
+"""
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from bs4 import BeautifulSoup
+from support.book import FRAMEWORK_TAGS, chapters, code_cells, source_path
+
+pytestmark = pytest.mark.book
+
+EXTERNAL = re.compile(r"^(https?:)?//", re.I)
+
+
+def pages(site: Path) -> list[Path]:
+    return [site / f"{doc}.html" for doc in ["book/index", *chapters()]]
+
+
+def soup(path: Path) -> BeautifulSoup:
+    return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+
+
+def test_every_page_built(site):
+    for page in pages(site):
+        assert page.exists(), f"{page} was not built"
+
+
+def external_loads(doc: BeautifulSoup) -> list[str]:
+    """URLs the page would *load* (scripts, styles, images, frames) off-site."""
+    found = []
+    for tag, attr in (("script", "src"), ("img", "src"), ("iframe", "src"),
+                      ("source", "src"), ("video", "src"), ("audio", "src"),
+                      ("embed", "src"), ("object", "data")):
+        for node in doc.find_all(tag):
+            url = node.get(attr) or ""
+            if EXTERNAL.match(url):
+                found.append(f"<{tag} {attr}={url}>")
+    for node in doc.find_all("link"):
+        rel = {r.lower() for r in node.get("rel", [])}
+        if rel & {"stylesheet", "preload", "icon", "modulepreload", "prefetch",
+                  "manifest"} and EXTERNAL.match(node.get("href") or ""):
+            found.append(f"<link rel={sorted(rel)} href={node['href']}>")
+    for node in doc.find_all(style=True):
+        found += [u for u in re.findall(r"url\(([^)]+)\)", node["style"])
+                  if EXTERNAL.match(u.strip("'\" "))]
+    for node in doc.find_all("style"):
+        found += [u for u in re.findall(r"url\(([^)]+)\)", node.get_text())
+                  if EXTERNAL.match(u.strip("'\" "))]
+    return found
+
+
+def test_site_loads_nothing_from_the_network(site):
+    problems = {}
+    for page in site.rglob("*.html"):
+        bad = external_loads(soup(page))
+        if bad:
+            problems[str(page.relative_to(site))] = bad
+    for css in site.rglob("*.css"):
+        urls = re.findall(r"url\(\s*['\"]?((?:https?:)?//[^'\")]+)", css.read_text(
+            errors="ignore"))
+        if urls:
+            problems[str(css.relative_to(site))] = urls
+    for js in (site / "_static").glob("*.js"):
+        # Scripts that fetch code from a CDN at load time (require.js, thebe).
+        text = js.read_text(errors="ignore")
+        if re.search(r"cdn\.jsdelivr|cdnjs\.cloudflare|unpkg\.com", text) and (
+            js.name not in {"sphinx-thebe.js"}
+        ):
+            problems[str(js.relative_to(site))] = ["CDN URL in script"]
+    assert not problems, json.dumps(problems, indent=1)[:4000]
+
+
+def test_mathjax_is_served_locally(site):
+    page = soup(site / "book" / "addressing.html")
+    sources = [s.get("src", "") for s in page.find_all("script")]
+    mathjax = [s for s in sources if "mathjax" in s.lower()]
+    assert mathjax and all(not EXTERNAL.match(s) for s in mathjax), sources
+    local = (site / "book" / mathjax[0]).resolve()
+    assert local.is_file() and local.stat().st_size > 100_000
+    fonts = list((site / "_static" / "mathjax" / "output" / "chtml" / "fonts")
+                 .rglob("*.woff"))
+    assert fonts, "MathJax CHTML fonts were not copied"
+    assert page.select("div.math"), "no display math on the addressing page"
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_framework_tabs_hold_code_and_outputs(site, doc):
+    page = soup(site / f"{doc}.html")
+    tab_sets = page.select("div.sd-tab-set.framework-tabs")
+    cells = code_cells(source_path(doc))
+    tagged = [t for t, _ in cells if set(t) & set(FRAMEWORK_TAGS)]
+    if not tagged:
+        pytest.skip(f"{doc} has no framework cells")
+    assert tab_sets, f"{doc}: tagged cells but no tab set in the HTML"
+    seen = 0
+    for tab_set in tab_sets:
+        labels = tab_set.find_all("label", class_="sd-tab-label", recursive=False)
+        assert [lb.get("data-sync-id") for lb in labels] == list(FRAMEWORK_TAGS)
+        assert {lb.get("data-sync-group") for lb in labels} == {"framework"}
+        assert [lb.get_text(strip=True) for lb in labels] == ["TensorFlow", "PyTorch"]
+        contents = tab_set.find_all("div", class_="sd-tab-content", recursive=False)
+        assert len(contents) == 2
+        for fw, content in zip(FRAMEWORK_TAGS, contents, strict=True):
+            cells = content.select("div.cell")
+            assert cells and all(f"tag_{fw}" in c["class"] for c in cells)
+            seen += len(cells)
+            assert content.select("div.cell_input"), "code missing from a tab"
+        assert any(c.select("div.cell_output") for c in contents), (
+            f"{doc}: a tab set shows no outputs"
+        )
+    assert seen == len(tagged), f"{doc}: {len(tagged)} tagged cells, {seen} in tabs"
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_chapter_was_executed(site, doc):
+    page = soup(site / f"{doc}.html")
+    inputs = page.select("div.cell_input")
+    outputs = page.select("div.cell_output")
+    assert inputs and outputs, f"{doc} shows no executed outputs"
+    assert not page.select("div.output.error, div.output.traceback"), (
+        f"{doc} shows an error output"
+    )
+    for img in page.select("div.cell_output img"):
+        path = (site / doc).parent / img["src"]
+        assert path.is_file() and path.stat().st_size > 1000, img["src"]
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_ipynb_download(site, doc):
+    page = soup(site / f"{doc}.html")
+    links = [a["href"] for a in page.find_all("a", href=True)
+             if a["href"].endswith(".ipynb")]
+    assert links, f"{doc} offers no .ipynb download"
+    target = (site / doc).parent / urlparse(links[0]).path
+    nb = json.loads(target.read_text())
+    assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["name"]
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert len(code) == len(code_cells(source_path(doc)))
+    assert all(not c.get("outputs") for c in code)
+
+
+def test_cjk_web_font_covers_the_sites_chinese(site):
+    """Readers without a CJK system font still see 欢迎 来 北京, not boxes."""
+    from fontTools.ttLib import TTFont
+
+    text = "".join(p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    used = {c for c in text if 0x4E00 <= ord(c) <= 0x9FFF}
+    assert {"欢", "迎", "来", "北", "京"} <= used
+    cmap = TTFont(site / "_static" / "cjk-subset.woff").getBestCmap()
+    missing = sorted(c for c in used if ord(c) not in cmap)
+    assert not missing, f"characters without a glyph in the web font: {missing}"
+    css = (site / "_static" / "cjk-webfont.css").read_text()
+    assert "unicode-range" in css and "--pst-font-family-base: 'Course CJK'" in css

@@ -1,0 +1,211 @@
+"""The exercises through the real nbgrader CLI, end to end.
+
+A temporary copy of the course is graded with the documented batch command,
+``python -m grader grade --workers 2`` (nbgrader
+generate_assignment, autograde in two processes at once -- one per CPU core --,
+generate_feedback, export): every submission must be graded exactly once.
+Every assignment gets submissions built from the committed release: the
+reference solution, the unmodified release, two students with one typical
+TensorFlow bug and one typical PyTorch bug each (test_exercises_bugs.BUGS:
+students bug1 and bug2 carry the six mistakes the feedback must name --
+missing 1/sqrt(d_k), softmax over the wrong axis, inverted mask, transposed
+weights, forgotten output projection, wrong head split -- and more; bug3 runs
+in process only, to keep this module within its time budget), and, for
+key-value-masking, a correct solution that writes framework warnings to
+stderr. The repository is not touched.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.grading import (
+    BUGS,
+    ROOT,
+    WARNING_EDITS,
+    environment,
+    expected_lost,
+    make_course,
+    points,
+)
+
+from grader import leaks
+from grader import notebooks as nbs
+from grader.assignments import ASSIGNMENTS
+
+pytestmark = pytest.mark.exercises
+
+GROUPS = (tuple(ASSIGNMENTS),)  # one course copy with every assignment
+WORKERS = 2
+TIMEOUT = 1500  # seconds for one copy's whole batch
+STUDENTS = ("bug1", "bug2")  # bug3: in process only (test_exercises_bugs)
+NAMED = {"missing-scale", "softmax-axis", "inverted-mask", "transposed-weights",
+         "missing-output-projection", "head-split-without-transpose"}
+
+
+def read_scores(root: Path) -> dict:
+    """(assignment, student) -> {grade_id: score} from the course's gradebook."""
+    from nbgrader.api import Gradebook
+
+    os.environ["PATH"] = environment(root)["PATH"]  # for nbgrader's `alembic`
+    scores = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "attention-course") as gb:
+        for assignment in gb.assignments:
+            for sub in gb.assignment_submissions(assignment.name):
+                for nb in sub.notebooks:
+                    scores[assignment.name, sub.student.id] = {
+                        g.name: g.score for g in nb.grades}
+    return scores
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("courses")
+    roots = [base / f"course{i}" for i in range(len(GROUPS))]
+    for root, group in zip(roots, GROUPS, strict=True):
+        make_course(root, group)
+    start = time.monotonic()
+    procs = []
+    for root in roots:
+        log = open(root / "grade_all.log", "w")
+        procs.append((root, log, subprocess.Popen(
+            [sys.executable, "-m", "grader", "grade", "--workers",
+             str(WORKERS)], cwd=root,
+            env=environment(root), stdout=log, stderr=subprocess.STDOUT)))
+    codes = {}
+    for root, log, proc in procs:
+        codes[root] = proc.wait(timeout=TIMEOUT)
+        log.close()
+    elapsed = time.monotonic() - start
+    print(f"\nbatch grading of {len(ASSIGNMENTS)} assignments: {elapsed:.0f} s")
+    result = {"roots": roots, "codes": codes, "scores": {}, "feedback": {},
+              "elapsed": elapsed}
+    for root in roots:
+        result["scores"].update(read_scores(root))
+        for page in (root / "feedback").glob("*/*/*.html"):
+            result["feedback"][page.parent.name, page.parent.parent.name] = \
+                leaks.html_text(page)
+    return result
+
+
+def log_tail(root: Path) -> str:
+    return (root / "grade_all.log").read_text()[-4000:]
+
+
+def test_batch_grading_command_succeeds(graded):
+    for root, code in graded["codes"].items():
+        assert code == 0, log_tail(root)
+        rows = list(csv.DictReader(open(root / "grades.csv")))
+        graded_pairs = [(r["assignment"], r["student_id"]) for r in rows]
+        submitted = {(p.parent.name, p.parent.parent.name)
+                     for p in (root / "submitted").glob("*/*/*.ipynb")}
+        # every submission graded, once: nothing lost, nothing counted twice
+        # (the export has a row per student and assignment, submitted or not)
+        assert len(graded_pairs) == len(set(graded_pairs))
+        assert submitted <= set(graded_pairs)
+        assert set(graded["scores"]) == submitted
+
+
+def test_grading_ran_in_parallel_workers_on_disjoint_parts(graded):
+    for root in graded["roots"]:
+        report = json.loads((root / "grading-report.json").read_text())
+        assert report["workers"] == WORKERS
+        log = (root / "grade_all.log").read_text()
+        for k in range(WORKERS):
+            assert f"[w{k}] " in log
+        # each submission was converted by exactly one worker
+        for a, s in graded["scores"]:
+            converted = [line for line in log.splitlines() if "Converting notebook"
+                         in line and f"/{s}/{a}/{a}.ipynb" in line
+                         and "/parts/" in line]
+            assert len(converted) == 1, (a, s, converted)
+        # the report records where the time went
+        assert report["steps"]["autograde"] > 0
+        for row in report["rows"]:
+            t = row["timings"]
+            assert t["kernel_start"] > 0 and t["cells"] > 0
+            assert t["notebook"] >= t["kernel_start"] + t["cells"]
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+def test_reference_solution_scores_full_marks(graded, assignment):
+    expected = points(assignment)
+    assert graded["scores"][assignment, "reference"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+def test_unmodified_release_scores_zero_without_crashing(graded, assignment):
+    scores = graded["scores"][assignment, "blank"]
+    assert set(scores) == set(points(assignment)) and not any(scores.values())
+    text = graded["feedback"][assignment, "blank"]
+    assert "GradingError" in text and "is not implemented yet" in text
+
+
+@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+@pytest.mark.parametrize("student", STUDENTS)
+def test_bug_loses_exactly_its_points_and_feedback_names_it(graded, assignment,
+                                                           student):
+    scores = graded["scores"][assignment, student]
+    full = points(assignment)
+    lost = expected_lost(assignment, student)
+    assert {g for g, s in scores.items() if s == 0} == lost
+    assert all(scores[g] == full[g] for g in full if g not in lost)
+    text = graded["feedback"][assignment, student]
+    for bug in BUGS:
+        if bug.assignment == assignment and bug.student == student:
+            assert f"Likely mistake ({bug.tag})" in text, (bug.part, bug.tag)
+
+
+def test_the_named_mistakes_are_graded_end_to_end():
+    assert NAMED <= {b.tag for b in BUGS if b.student in STUDENTS}
+
+
+def test_correct_solution_with_stderr_warnings_keeps_full_marks(graded):
+    for assignment in WARNING_EDITS:
+        scores = graded["scores"][assignment, "warning"]
+        assert scores == pytest.approx(points(assignment))
+
+
+def test_fresh_release_matches_the_committed_one(graded):
+    for root in graded["roots"]:
+        for nb_path in sorted((root / "exercises").glob("*/*.ipynb")):
+            committed = ROOT / "exercises" / nb_path.parent.name / nb_path.name
+            assert nbs.comparable(nbs.read(nb_path)) == \
+                nbs.comparable(nbs.read(committed)), (
+                f"{committed} is stale: run python -m grader release")
+
+
+def test_hidden_data_reaches_autograde_but_not_students(graded):
+    for root in graded["roots"]:
+        assert list((root / "autograded").glob("*/*/hidden/reference.npz"))
+        assert leaks.scan_release(root) == []
+        assert leaks.scan_feedback(root) == []
+        assert leaks.scan_feedback(root, students=["blank"],
+                                   check_solution_code=True) == []
+        assert not list((root / "feedback").rglob("*.npz"))
+    for text in graded["feedback"].values():
+        assert "BEGIN HIDDEN TESTS" not in text
+        assert "grader import" not in text
+
+
+def test_without_ignore_pattern_the_warnings_would_cost_points(graded):
+    """Proof that the warnings really reach stderr in graded cells: regrade the
+    warning student with IgnorePattern disabled (runs last: it rewrites that
+    student's grades)."""
+    root = graded["roots"][-1]
+    assignment = next(iter(WARNING_EDITS))
+    assert (root / "solutions" / assignment).exists()
+    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment,
+                    "--student=warning", "--force", "--IgnorePattern.enabled=False"],
+                   cwd=root, env=environment(root), check=True,
+                   capture_output=True, timeout=600)
+    scores = read_scores(root)[assignment, "warning"]
+    # PyTorch's UserWarning goes to stderr in the visible and two hidden cells
+    assert scores["torch-visible"] == 0 and scores["torch-hidden-attention"] == 0
+    # TensorFlow's deprecation message is logged to stdout in a kernel: harmless
+    assert scores["tf-visible"] == 1

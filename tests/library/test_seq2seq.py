@@ -1,0 +1,282 @@
+"""GRU, Encoder, the five Decoder attention types and greedy decoding.
+
+Parity: TF and torch, loaded with the NumPy reference's weights, agree with it.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.arrays import assert_close, to_np, to_tf, to_torch
+
+import attncourse.numpy as anp
+import attncourse.tf as atf
+import attncourse.torch as atorch
+from attncourse.seed import set_seed
+
+FRAMEWORKS = {"tf": (atf, to_tf), "torch": (atorch, to_torch)}
+ATTENTIONS = ["style1", "style2", "bahdanau", "luong_dot", "luong_general"]
+V, E, H, B, S, T = 13, 4, 6, 3, 5, 4  # vocab, embed, hidden, batch, src, tgt
+LENS = np.array([5, 3, 1])
+SRC_MASK = np.arange(S)[None, :] < LENS[:, None]
+
+
+def trio(cls_name, *args, **kwargs):
+    """The NumPy layer and its TF and torch twins holding the same weights."""
+    set_seed(0)
+    ref = getattr(anp, cls_name)(*args, **kwargs)
+    twins = {}
+    for name, (module, _) in FRAMEWORKS.items():
+        layer = getattr(module, cls_name)(*args, **kwargs)
+        module.set_params_numpy(layer, anp.get_params_numpy(ref))
+        twins[name] = layer
+    return ref, twins
+
+
+def encoded(rng):
+    enc_outputs = rng.normal(size=(B, S, H)) * np.where(SRC_MASK, 1, 0)[..., None]
+    return enc_outputs, rng.normal(size=(B, H))
+
+
+# --- GRU -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("valid_lens", [None, LENS])
+def test_gru_parity(rng, valid_lens):
+    ref, twins = trio("GRU", 4, H)
+    x, h0 = rng.normal(size=(B, S, 4)), rng.normal(size=(B, H))
+    out, state = ref(x, h0, valid_lens)
+    assert out.shape == (B, S, H) and state.shape == (B, H)
+    for name, layer in twins.items():
+        convert = FRAMEWORKS[name][1]
+        lens = None if valid_lens is None else convert(valid_lens)
+        got_out, got_state = layer(convert(x), convert(h0), lens)
+        assert_close(got_out, out, what=name)
+        assert_close(got_state, state, what=name)
+
+
+def test_gru_valid_lens_freeze_the_state(rng):
+    gru = anp.GRU(4, H)
+    x = rng.normal(size=(B, S, 4))
+    out, state = gru(x, None, LENS)
+    for b, n in enumerate(LENS):
+        alone_out, alone_state = gru(x[b:b + 1, :n])
+        assert_close(state[b], alone_state[0])
+        assert_close(out[b, :n], alone_out[0])
+        assert np.all(out[b, n:] == 0)
+
+
+def test_gru_step_is_the_documented_equations(rng):
+    p = anp.GRU(3, 2).params
+    x, h = rng.normal(size=(1, 3)), rng.normal(size=(1, 2))
+
+    def sig(a):
+        return 1 / (1 + np.exp(-a))
+
+    r = sig(x @ p["W_xr"] + p["b_xr"] + h @ p["W_hr"] + p["b_hr"])
+    z = sig(x @ p["W_xz"] + p["b_xz"] + h @ p["W_hz"] + p["b_hz"])
+    n = np.tanh(x @ p["W_xn"] + p["b_xn"] + r * (h @ p["W_hn"] + p["b_hn"]))
+    assert_close(anp.gru_step(x, h, p), (1 - z) * n + z * h)
+
+
+# --- Encoder -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("valid_lens", [None, LENS])
+def test_encoder_parity(rng, valid_lens):
+    ref, twins = trio("Encoder", V, E, H)
+    tokens = rng.integers(0, V, size=(B, S))
+    out, state = ref(tokens, valid_lens)
+    if valid_lens is not None:  # the state is the last VALID step's output
+        assert_close(state, out[np.arange(B), valid_lens - 1])
+    for name, layer in twins.items():
+        convert = FRAMEWORKS[name][1]
+        lens = None if valid_lens is None else convert(valid_lens)
+        got_out, got_state = layer(convert(tokens), lens)
+        assert_close(got_out, out, what=name)
+        assert_close(got_state, state, what=name)
+
+
+# --- Decoder -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_decoder_parity_step_and_teacher_forcing(rng, attention):
+    ref, twins = trio("Decoder", V, E, H, attention, max_src_len=S + 2)
+    enc_outputs, state = encoded(rng)
+    targets = rng.integers(0, V, size=(B, T))
+    logits, new_state, w = ref.step(targets[:, 0], state, enc_outputs, SRC_MASK)
+    assert logits.shape == (B, V) and new_state.shape == (B, H) and w.shape == (B, S)
+    assert np.all(w[~SRC_MASK] == 0)
+    assert_close(w.sum(-1), np.ones(B))
+    all_logits, all_w = ref(targets, state, enc_outputs, SRC_MASK)
+    assert all_logits.shape == (B, T, V) and all_w.shape == (B, T, S)
+    assert_close(all_logits[:, 0], logits)
+    for name, layer in twins.items():
+        c = FRAMEWORKS[name][1]
+        got = layer.step(c(targets[:, 0]), c(state), c(enc_outputs), c(SRC_MASK))
+        for g, e, what in zip(got, (logits, new_state, w), ("logits", "state", "w"),
+                              strict=True):
+            assert_close(g, e, what=f"{name} step {what}")
+        got_logits, got_w = layer(c(targets), c(state), c(enc_outputs), c(SRC_MASK))
+        assert_close(got_logits, all_logits, what=f"{name} teacher-forced logits")
+        assert_close(got_w, all_w, what=f"{name} teacher-forced weights")
+
+
+def test_teacher_forcing_is_a_loop_of_steps(rng):
+    dec = anp.Decoder(V, E, H, "bahdanau")
+    enc_outputs, state = encoded(rng)
+    targets = rng.integers(0, V, size=(B, T))
+    logits, weights = dec(targets, state, enc_outputs, SRC_MASK)
+    for t in range(T):
+        step_logits, state, w = dec.step(targets[:, t], state, enc_outputs, SRC_MASK)
+        assert_close(logits[:, t], step_logits)
+        assert_close(weights[:, t], w)
+
+
+def test_style2_masks_positions_past_the_source(rng):
+    dec = anp.Decoder(V, E, H, "style2", max_src_len=9)
+    enc_outputs, state = encoded(rng)
+    _, _, w = dec.step(np.array([1, 2, 3]), state, enc_outputs)  # no src_mask
+    assert w.shape == (B, S)
+    assert_close(w.sum(-1), np.ones(B))  # renormalised over the S real positions
+
+
+def test_decoder_gradients_tf_and_torch_agree(rng):
+    ref, twins = trio("Decoder", V, E, H, "bahdanau")
+    enc_outputs, state = encoded(rng)
+    targets = rng.integers(0, V, size=(B, T))
+    probe = rng.normal(size=(B, T, V))
+
+    layer = twins["tf"]
+    slots = layer._param_slots()
+    with tf.GradientTape() as tape:
+        enc = tf.Variable(to_tf(enc_outputs))
+        logits, _ = layer(to_tf(targets), to_tf(state), enc, to_tf(SRC_MASK))
+        loss = tf.reduce_sum(logits * to_tf(probe))
+    grads = tape.gradient(loss, [enc] + [v for v, _ in slots.values()])
+    tf_grads = dict(zip(["enc_outputs", *slots], grads, strict=True))
+
+    module = twins["torch"]
+    enc = to_torch(enc_outputs).requires_grad_()
+    logits, _ = module(to_torch(targets), to_torch(state), enc, to_torch(SRC_MASK))
+    (logits * to_torch(probe)).sum().backward()
+    torch_grads = {"enc_outputs": enc.grad}
+    for name, (p, transposed) in module._param_slots().items():
+        torch_grads[name] = p.grad.T if transposed else p.grad
+
+    assert tf_grads.keys() == torch_grads.keys()
+    for name, g in tf_grads.items():
+        # Keras returns IndexedSlices for the embedding: densify it
+        assert_close(tf.convert_to_tensor(g), torch_grads[name], what=name)
+    assert np.all(to_np(torch_grads["enc_outputs"])[~SRC_MASK] == 0)
+
+
+# --- style2 never looks at the encoder outputs ----------------------------------
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**16), attention=st.sampled_from(ATTENTIONS))
+def test_only_style2_weights_ignore_encoder_content(seed, attention):
+    rng = np.random.default_rng(seed)
+    set_seed(seed)
+    dec = anp.Decoder(V, E, H, attention, max_src_len=S)
+    enc_outputs, state = encoded(rng)
+    other = rng.normal(size=enc_outputs.shape)  # same shape, new content
+    tokens = rng.integers(0, V, size=B)
+    w1 = dec.step(tokens, state, enc_outputs, SRC_MASK)[2]
+    w2 = dec.step(tokens, state, other, SRC_MASK)[2]
+    if attention == "style2":
+        assert_close(w1, w2)
+    else:
+        assert np.abs(w1 - w2)[SRC_MASK & (LENS > 1)[:, None]].max() > 1e-6
+
+
+# --- greedy decoding -------------------------------------------------------------
+
+
+def test_greedy_decode_parity():
+    for attention in ATTENTIONS:
+        enc_ref, enc_twins = trio("Encoder", V, E, H)
+        dec_ref, dec_twins = trio("Decoder", V, E, H, attention, max_src_len=S)
+        dec_ref.params["out.W"] *= 5  # clear winners: no float32 ties in argmax
+        for name, (module, _) in FRAMEWORKS.items():
+            module.set_params_numpy(dec_twins[name], dec_ref.params)
+        src = np.random.default_rng(1).integers(0, V, size=(B, S))
+        tokens, weights = anp.greedy_decode(enc_ref, dec_ref, src, LENS, 1, 2, 6)
+        assert tokens.shape[0] == B and tokens.shape[1] <= 6
+        assert weights.shape == (B, tokens.shape[1], S)
+        _assert_clear_argmax(dec_ref, enc_ref, src, tokens)
+        for name, (module, c) in FRAMEWORKS.items():
+            got_tokens, got_w = module.greedy_decode(
+                enc_twins[name], dec_twins[name], c(src), c(LENS), 1, 2, 6)
+            np.testing.assert_array_equal(to_np(got_tokens), tokens, err_msg=name)
+            assert_close(got_w, weights, what=f"{name} {attention}")
+
+
+def _assert_clear_argmax(dec, enc, src, tokens):
+    """Precondition of the parity test: top-2 logits differ by > 1e-3."""
+    enc_outputs, state = enc(src, LENS)
+    targets_in = np.concatenate([np.ones((B, 1), int), tokens[:, :-1]], 1)
+    logits, _ = dec(targets_in, state, enc_outputs, SRC_MASK)
+    top2 = np.sort(logits, -1)[..., -2:]
+    assert np.all(top2[..., 1] - top2[..., 0] > 1e-3)
+
+
+def test_greedy_decode_stops_at_eos():
+    set_seed(0)
+    enc, dec = anp.Encoder(V, E, H), anp.Decoder(V, E, H, "luong_dot")
+    src = np.zeros((B, S), int)
+    tokens, weights = anp.greedy_decode(enc, dec, src, None, 1, 2, 7)
+    assert tokens.shape == (B, 7)  # random weights: EOS is unlikely, max_len caps
+    dec.params["out.b"][2] = 1e3  # now EOS wins at once
+    tokens, weights = anp.greedy_decode(enc, dec, src, None, 1, 2, 7)
+    np.testing.assert_array_equal(tokens, np.full((B, 1), 2))
+    assert weights.shape == (B, 1, S)
+
+
+# --- bad input -------------------------------------------------------------------
+
+
+def _same_error(make_call):
+    messages = []
+    for module in (anp, atf, atorch):
+        with pytest.raises(ValueError) as info:
+            make_call(module)
+        messages.append(str(info.value))
+    assert all(messages[0] in m for m in messages[1:]), messages
+    return messages[0]
+
+
+def test_style2_needs_max_src_len():
+    msg = _same_error(lambda m: m.Decoder(V, E, H, "style2"))
+    assert "max_src_len" in msg and "style2" in msg
+
+
+def test_unknown_attention():
+    msg = _same_error(lambda m: m.Decoder(V, E, H, "luong_concat"))
+    assert "unknown attention 'luong_concat'" in msg and "bahdanau" in msg
+
+
+def test_source_longer_than_max_src_len(rng):
+    enc_outputs, state = rng.normal(size=(B, 8, H)), rng.normal(size=(B, H))
+
+    def call(m):
+        c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
+        m.Decoder(V, E, H, "style2", max_src_len=6).step(
+            c(np.zeros(B, int)), c(state), c(enc_outputs))
+
+    assert "8 source positions, more than the decoder's max_src_len=6" in (
+        _same_error(call))
+
+
+def test_bad_state_shape(rng):
+    enc_outputs = rng.normal(size=(B, S, H))
+
+    def call(m):
+        c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
+        m.Decoder(V, E, H, "style1").step(
+            c(np.zeros(B, int)), c(np.zeros((B, H + 1))), c(enc_outputs))
+
+    assert "state must have shape (batch, hidden_dim) = (3, 6)" in _same_error(call)

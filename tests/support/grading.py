@@ -1,0 +1,335 @@
+"""Grading helpers the grading tests share: the bug catalogue, submissions, course copies.
+
+Each Bug edits the reference solution of one framework part (TensorFlow or
+PyTorch) with one typical mistake; ``lost`` lists the test cells (grade ids)
+that must score 0 and ``tag`` the likely mistake the feedback must name. A
+student notebook combines one TensorFlow bug and one PyTorch bug, so each
+part is graded separately and its points are lost independently.
+"""
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import attncourse  # noqa: F401  (quiet TF first)
+from grader import notebooks as nbs
+from grader import reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Bug:
+    assignment: str
+    student: str          # the student notebook that carries it
+    part: str             # "tf" or "torch"
+    edits: tuple          # (old, new) replacements in the part's solution cell
+    lost: tuple           # grade ids that must score 0
+    tag: str = ""         # "Likely mistake (<tag>)" expected in the feedback
+    extra: dict = field(default_factory=dict)
+
+
+def B(assignment, student, part, edits, lost, tag=""):
+    return Bug(assignment, student, part, tuple(edits), tuple(lost), tag)
+
+
+BUGS = (
+    # ---------------------------------------------------------------- addressing
+    B("addressing", "bug1", "tf",
+      [("tf.nn.softmax(scores, axis=-1)", "tf.nn.softmax(scores, axis=1)")],
+      ["tf-visible", "tf-hidden"], "softmax-axis"),
+    B("addressing", "bug1", "torch",
+      [("scores = -beta * diff", "scores = beta * diff")],
+      ["torch-visible", "torch-hidden"], "score-sign"),
+    B("addressing", "bug2", "tf",
+      [("scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
+        "scores = -tf.reduce_sum(tf.square(diff), axis=-1) / beta")],
+      ["tf-visible", "tf-hidden"], "beta-divides"),
+    B("addressing", "bug2", "torch",
+      [("diff.pow(2).sum(dim=-1)", "diff.pow(2).sum(dim=-1).sqrt()")],
+      ["torch-hidden"], "distance-not-squared"),
+    B("addressing", "bug3", "tf",
+      [("scores = -beta * tf.reduce_sum", "scores = -float(beta) * tf.reduce_sum")],
+      ["tf-hidden"], "no-gradient"),
+    B("addressing", "bug3", "torch",
+      [("scores = -beta * diff.pow(2).sum(dim=-1)",
+        "scores = beta * queries @ keys.transpose(-1, -2)")],
+      ["torch-hidden"], "dot-product-score"),
+    # --------------------------------------------------------- scoring-functions
+    B("scoring-functions", "bug1", "tf",
+      [("features = tf.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
+        "features = q_part[:, :, None, :] + k_part[:, None, :, :] + b")],
+      ["tf-visible", "tf-hidden-additive"], "missing-tanh"),
+    B("scoring-functions", "bug1", "torch",
+      [("return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
+        "return q @ k.transpose(-1, -2)")],
+      ["torch-hidden-projected"], "missing-scale"),
+    B("scoring-functions", "bug2", "tf",
+      [("q_part = queries @ W[:d_q]", "q_part = queries @ W[-d_q:]"),
+       ("k_part = keys @ W[d_q:]", "k_part = keys @ W[:-d_q]")],
+      ["tf-hidden-additive"], "concat-order"),
+    B("scoring-functions", "bug2", "torch",
+      [("return queries @ W @ keys", "return queries @ W.T @ keys")],
+      ["torch-visible", "torch-hidden-bilinear"], "transposed-weights"),
+    B("scoring-functions", "bug3", "tf",
+      [("/ math.sqrt(W_q.shape[1])", "/ math.sqrt(queries.shape[-1])")],
+      ["tf-hidden-projected"], "scale-input-size"),
+    B("scoring-functions", "bug3", "torch",
+      [("torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
+        "torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :]) + b")],
+      ["torch-hidden-additive"], "bias-outside-tanh"),
+    # ------------------------------------------------------- soft-hard-attention
+    B("soft-hard-attention", "bug1", "tf",
+      [("indices = tf.minimum(tf.reduce_sum(below, axis=-1), scores.shape[-1] - 1)",
+        "indices = tf.argmax(scores, axis=-1)")],
+      ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"], "argmax-not-sampled"),
+    B("soft-hard-attention", "bug1", "torch",
+      [("log_probs = torch.gather(log_p, -1,",
+        "log_probs = torch.gather(log_p.exp(), -1,")],
+      ["torch-visible", "torch-hidden-log-prob"], "probability-not-log"),
+    B("soft-hard-attention", "bug2", "tf",
+      [("log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",
+        "log_probs = tf.stop_gradient(tf.gather(log_p, indices[..., None], "
+        "batch_dims=2)[..., 0])")],
+      ["tf-hidden-log-prob"], "no-gradient"),
+    B("soft-hard-attention", "bug2", "torch",
+      [("torch.log_softmax(scores, dim=-1)", "torch.log_softmax(scores, dim=1)")],
+      ["torch-visible", "torch-hidden-sample", "torch-hidden-log-prob"],
+      "softmax-axis"),
+    B("soft-hard-attention", "bug3", "tf",
+      [("cdf = tf.cumsum(tf.exp(log_p), axis=-1)",
+        "cdf = tf.cumsum(tf.exp(scores), axis=-1)")],
+      ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"],
+      "unnormalised-probabilities"),
+    B("soft-hard-attention", "bug3", "torch",
+      [("log_probs = torch.gather(log_p, -1,", "log_probs = torch.gather(scores, -1,")],
+      ["torch-visible", "torch-hidden-log-prob"], "unnormalised-log-probability"),
+    # --------------------------------------------------------- key-value-masking
+    B("key-value-masking", "bug1", "tf",
+      [("mask = key_mask[:, None, :]", "mask = tf.logical_not(key_mask)[:, None, :]")],
+      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "inverted-mask"),
+    B("key-value-masking", "bug1", "torch",
+      [("scores.masked_fill(~mask, -1e9)", "scores.masked_fill(~mask, -float('inf'))")],
+      ["torch-visible", "torch-hidden-empty"], "minus-infinity-fill"),
+    B("key-value-masking", "bug2", "tf",
+      [("scores = tf.where(mask, scores, -1e9)", "pass")],
+      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "mask-after-softmax"),
+    B("key-value-masking", "bug2", "torch",
+      [("return token_ids != pad_id", "return token_ids != 0")],
+      ["torch-hidden-mask"], "hard-coded-pad"),
+    B("key-value-masking", "bug3", "tf",
+      [("weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
+        "weights = tf.nn.softmax(scores, axis=-1)")],
+      ["tf-visible", "tf-hidden-empty"], "uniform-on-empty-rows"),
+    B("key-value-masking", "bug3", "torch",
+      [("mask = key_mask[:, None, :]", "mask = key_mask[:, :, None]")],
+      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+      "mask-on-queries"),
+    # ------------------------------------------------------------ self-attention
+    B("self-attention", "bug1", "tf",
+      [(" / math.sqrt(self.d_k)", "")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"], "missing-scale"),
+    B("self-attention", "bug1", "torch",
+      [("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")],
+      ["torch-visible", "torch-hidden-masks"], "causal-flipped"),
+    B("self-attention", "bug2", "tf",
+      [("mask = tf.logical_and(mask, attention_mask)",
+        "mask = tf.logical_and(mask, tf.logical_not(attention_mask))")],
+      ["tf-visible", "tf-hidden-masks"], "inverted-mask"),
+    B("self-attention", "bug2", "torch",
+      [("torch.empty(input_dim, d_k)))\n        self.W_k",
+        "torch.empty(d_k, input_dim)))\n        self.W_k"),
+       ("inputs @ self.W_q,", "inputs @ self.W_q.T,")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], "transposed-weights"),
+    B("self-attention", "bug3", "tf",
+      [("""self.W_q = self.add_weight(name="W_q", shape=(input_dim, self.d_k),
+                                   initializer="glorot_uniform")""",
+        """self.W_q = tf.random.normal((input_dim, self.d_k))""")],
+      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "not-a-trainable-weight"),
+    B("self-attention", "bug3", "torch",
+      [("torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)",
+        "torch.softmax(scores.masked_fill(~mask, -1e9), dim=1)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], "softmax-axis"),
+    # ---------------------------------------------------------------- multi-head
+    B("multi-head-attention", "bug1", "tf",
+      [("outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
+        "outputs = self.merge_heads(tf.matmul(weights, v))")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "missing-output-projection"),
+    B("multi-head-attention", "bug1", "torch",
+      [("x.reshape(batch, n, self.num_heads, self.d_head).transpose(1, 2)",
+        "x.reshape(batch, self.num_heads, n, self.d_head)"),
+       ("x.transpose(1, 2).reshape(batch, n, self.d_model)",
+        "x.reshape(batch, n, self.d_model)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], "head-split-without-transpose"),
+    B("multi-head-attention", "bug2", "tf",
+      [("/ math.sqrt(self.d_head)", "/ math.sqrt(self.d_model)")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "scale-uses-d_model"),
+    B("multi-head-attention", "bug2", "torch",
+      [("mask = attention_mask[:, None]", "mask = ~attention_mask[:, None]")],
+      ["torch-visible", "torch-hidden-masks"], "inverted-mask"),
+    B("multi-head-attention", "bug3", "tf",
+      [("x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
+        "        return tf.transpose(x, (0, 2, 1, 3))",
+        "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
+        "        return tf.transpose(x, (0, 3, 1, 2))"),
+       ("tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (batch, n, self.d_model))",
+        "tf.reshape(tf.transpose(x, (0, 2, 3, 1)), (batch, n, self.d_model))")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "head-split-interleaved"),
+    B("multi-head-attention", "bug3", "torch",
+      [("queries @ self.W_q)", "queries @ self.W_q.T)"),
+       ("keys @ self.W_k)", "keys @ self.W_k.T)"),
+       ("values @ self.W_v)", "values @ self.W_v.T)"),
+       ("@ self.W_o\n", "@ self.W_o.T\n")],
+      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+      "transposed-weights"),
+    # ------------------------------------------------------------ builtin-layers
+    B("builtin-layers", "bug1", "tf",
+      [("layer(queries, values, keys,", "layer(queries, keys, values,")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "keys-values-swapped"),
+    B("builtin-layers", "bug1", "torch",
+      [("else ~key_mask", "else key_mask")],
+      ["torch-visible", "torch-hidden-masks"], "inverted-mask"),
+    B("builtin-layers", "bug2", "tf",
+      [("else key_mask[:, None, :]", "else tf.logical_not(key_mask)[:, None, :]")],
+      ["tf-visible", "tf-hidden-masks"], "inverted-mask"),
+    B("builtin-layers", "bug2", "torch",
+      [("need_weights=True, average_attn_weights=False)", "need_weights=True)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks"],
+      "averaged-weights"),
+)
+
+
+WARNING_EDITS = {
+    "key-value-masking": {
+        "tf": [("* tf.cast(mask, scores.dtype)", "* tf.compat.v1.to_float(mask)")],
+        "torch": [("d_k = queries.shape[-1]\n",
+                   "d_k = queries.shape[-1]\n    key_mask = torch.tensor(key_mask)\n")],
+    },
+}
+
+
+STUDENTS = ("bug1", "bug2", "bug3")
+
+
+def source_notebook(assignment):
+    return nbs.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
+
+
+def release_notebook(assignment):
+    return nbs.read(ROOT / "exercises" / assignment / f"{assignment}.ipynb")
+
+
+def apply_edits(code: str, edits, what: str) -> str:
+    for old, new in edits:
+        assert code.count(old) == 1, f"{what}: {old!r} occurs {code.count(old)} times"
+        code = code.replace(old, new)
+    return code
+
+
+def solutions_for(assignment, edits_by_part: dict) -> dict:
+    """grade_id -> code of the reference solution with the given edits."""
+    solutions = nbs.solution_cells(source_notebook(assignment))
+    for part, edits in edits_by_part.items():
+        gid = f"{part}-solution"
+        solutions[gid] = apply_edits(solutions[gid], edits, f"{assignment}/{gid}")
+    return solutions
+
+
+def student_solutions(assignment, student) -> dict:
+    if student == "reference":
+        return solutions_for(assignment, {})
+    if student == "warning":
+        return solutions_for(assignment, WARNING_EDITS[assignment])
+    edits = {b.part: b.edits for b in BUGS
+             if b.assignment == assignment and b.student == student}
+    return solutions_for(assignment, edits)
+
+
+def expected_lost(assignment, student) -> set:
+    return {gid for b in BUGS if b.assignment == assignment and b.student == student
+            for gid in b.lost}
+
+
+def points(assignment) -> dict:
+    """grade_id -> points of every test cell of the source notebook."""
+    return {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"]
+            for c in source_notebook(assignment)["cells"]
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def run_in_process(assignment, solutions: dict, hidden=True) -> dict:
+    """Execute a submission's cells here: {grade_id of a test cell: error or None}.
+
+    Like a kernel: setup, solution cells, test cells in order, one namespace;
+    hidden tests read the committed reference data. Output is captured.
+    """
+    nb = source_notebook(assignment)
+    namespace = {"__name__": "__main__"}
+    results = {}
+    old = os.environ.get(reference.ENV_VAR)
+    os.environ[reference.ENV_VAR] = str(reference.source_path(ROOT, assignment))
+    try:
+        for cell in nb["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell["cell_type"] != "code" or not meta:
+                continue
+            gid = meta["grade_id"]
+            code = solutions.get(gid, nbs.source(cell))
+            if meta.get("grade") and not hidden and "BEGIN HIDDEN TESTS" in code:
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(code, f"<{assignment}:{gid}>", "exec"), namespace)
+                error = None
+            except Exception as exc:  # noqa: BLE001
+                error = f"{type(exc).__name__}: {exc}"
+            if meta.get("grade"):
+                results[gid] = error
+    finally:
+        if old is None:
+            os.environ.pop(reference.ENV_VAR, None)
+        else:
+            os.environ[reference.ENV_VAR] = old
+    return results
+
+
+def make_course(dest: Path, assignments) -> None:
+    """A course copy with these assignments and their submissions."""
+    dest.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", dest)
+    shutil.copytree(ROOT / "attncourse", dest / "attncourse",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for a in assignments:
+        shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
+                        ignore=shutil.ignore_patterns("grader-errors.log"))
+        release = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")  # the committed one
+        students = ["reference", "blank", *STUDENTS]
+        if a in WARNING_EDITS:
+            students.append("warning")
+        for student in students:
+            nb = release if student == "blank" else nbs.submission(
+                release, student_solutions(a, student))
+            nbs.write(nb, dest / "submitted" / student / a / f"{a}.ipynb")
+
+
+def environment(root: Path) -> dict:
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` from PATH
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PYTHONPATH"] = str(root)
+    # hidden tests must find their data beside the notebook, as in real use
+    env.pop("GRADER_REFERENCE", None)
+    return env
+
