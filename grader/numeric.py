@@ -4,6 +4,13 @@ Forward passes and the hand-written backward passes the reference data needs
 (attention is small enough to differentiate by hand). Batch first; masks are
 boolean, True = attend, broadcast right-aligned; a fully masked row gets
 all-zero weights -- the course's conventions (see ``attncourse``).
+
+Independent of ``attncourse`` on purpose: the hidden reference outputs must not
+inherit a bug of the library the chapters teach, so this module and the
+assignments' ``expected`` functions are written again from the maths and only
+*compared* with the library (each assignment's ``crosscheck``, run by
+``python -m grader references``). It imports NumPy only
+(tests/grading/test_layout.py checks).
 """
 
 import numpy as np

@@ -189,6 +189,7 @@ for path in {targets!r}:
     except OSError as e:
         print("BLOCKED", path, type(e).__name__)
 print("LISTING", sorted(os.listdir({str(root)!r})))
+print("GRADER", sorted(os.listdir({str(root / "grader")!r})))
 print("UID", os.getuid())
 print("ENV", sorted(os.environ))
 print("HOST", socket.gethostname())
@@ -201,7 +202,7 @@ def disk_writer(ctx):
                f"{root}/autograded/reference/{A}/{A}.ipynb",
                f"{root}/feedback/reference/{A}/{A}.html",
                f"{root}/solutions/{A}/hidden/reference.npz",
-               f"{root}/exercises/{A}/{A}.ipynb", f"{root}/attncourse/grading/core.py",
+               f"{root}/exercises/{A}/{A}.ipynb", f"{root}/grader/kernel/recorder.py",
                f"{root}/grades.csv", f"{root}/.grading/secret",
                f"{root}/pwned.txt", f"{root}/submitted/disk/{A}/pwned.txt"]
     return f"""\
@@ -494,6 +495,8 @@ def make_course(dest: Path, course: str, ctx: dict) -> None:
     shutil.copy(ROOT / "nbgrader_config.py", dest)
     shutil.copytree(ROOT / "attncourse", dest / "attncourse",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "grader", dest / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "solutions" / A, dest / "solutions" / A,
                     ignore=shutil.ignore_patterns("grader-errors.log"))
     for case in CASES:
@@ -589,7 +592,7 @@ def graded(tmp_path_factory):
     protected = {p: p.read_bytes() for root in roots.values()
                  for p in [*(root / "submitted" / "reference").rglob("*"),
                            *(root / "solutions").rglob("*"),
-                           *(root / "attncourse" / "grading").glob("*.py")]
+                           *(root / "grader").rglob("*.py")]
                  if p.is_file()}
     start = time.monotonic()
     runs = {c: grade(root, *COURSE_ARGS[c]) for c, root in roots.items()}
@@ -680,7 +683,9 @@ def test_kernel_cannot_read_or_write_grader_files(graded):
     reads, writes = text["tf-solution"], text["torch-solution"]
     assert "READ " not in reads and "WROTE" not in writes, (reads, writes)
     assert reads.count("BLOCKED") == 10 + 4 and writes.count("BLOCKED") == 12
-    assert "LISTING ['attncourse']" in reads  # the course folder: the library only
+    # the course folder: the library and the kernel side of the grader only
+    assert "LISTING ['attncourse', 'grader']" in reads
+    assert "GRADER ['__init__.py', 'kernel']" in reads
     uid = int(reads.split("UID ")[1].split()[0])
     assert uid != 0
     assert SECRET_ENV not in reads and "PYTHONPATH" in reads  # a cleared environment
@@ -760,6 +765,8 @@ def test_no_sandbox_is_explicit_and_loud(tmp_path):
     root.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", root)
     shutil.copytree(ROOT / "attncourse", root / "attncourse",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "grader", root / "grader",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "solutions" / A, root / "solutions" / A)
     out = subprocess.run([sys.executable, "-m", "grader", "grade",

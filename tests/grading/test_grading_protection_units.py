@@ -255,6 +255,12 @@ def test_bwrap_command_line(tmp_path):
     assert writable == [str(tmp_path)]
     assert str(ROOT) not in binds and str(ROOT / "solutions") not in binds
     assert str(ROOT / "attncourse") in binds
+    # the kernel side of the grader, and nothing else of it
+    assert str(ROOT / "grader" / "kernel") in binds
+    assert str(ROOT / "grader" / "__init__.py") in binds
+    assert not [b for b in binds if b.startswith(str(ROOT / "grader"))
+                and b not in (str(ROOT / "grader" / "kernel"),
+                              str(ROOT / "grader" / "__init__.py"))]
 
 
 def test_user_namespace_mode_as_an_unprivileged_user(monkeypatch, tmp_path):
