@@ -7,8 +7,11 @@ compares the results with the reference outputs (``verdict``: NumPy only, so it
 can run in another process). When a result is wrong, the verdict recomputes the
 check's known wrong *variants* on the same inputs -- missing 1/sqrt(d_k),
 softmax over the wrong axis, inverted mask, ... -- and names the one the
-student's result matches. Messages give shapes, counts and sizes of
-differences, never reference values.
+student's result matches. When none does, the message says what differs
+(``_pattern``): which batch elements, heads, queries (rows) or keys hold the
+wrong entries, a constant factor (rounded to 2 digits), a permutation of heads
+or rows, swapped axes, only masked positions. Messages give shapes, counts and
+sizes of differences (the largest one, 2 digits), never reference values.
 """
 
 from collections.abc import Callable
@@ -51,6 +54,9 @@ class Check:
     case_notes: dict = field(default_factory=dict)
     nan_hint: str = ""
     reminder: str = ""
+    # positions that must get weight 0: hidden(inputs) -> bool array (True =
+    # masked) broadcastable to the compared "weights", or None
+    hidden: Callable[[dict], np.ndarray | None] | None = None
 
     @property
     def cases(self) -> tuple[str, ...]:
@@ -98,6 +104,129 @@ def _describe_difference(obs, exp, key) -> str:
             f"{atol:g} + {rtol:g}*|expected| (largest difference {diff.max():.2g})")
 
 
+# What the axes of a compared array are, by key and number of axes (singular,
+# plural): messages say "in heads 0 and 1 of 4", "in query (row) 2 of 3".
+_BATCH = ("batch element", "batch elements")
+_QUERY = ("query (row)", "queries (rows)")
+_KEY = ("key (column)", "keys (columns)")
+_FEATURE = ("feature", "features")
+_AXES = {
+    ("weights", 4): (_BATCH, ("head", "heads"), _QUERY, _KEY),
+    ("weights", 3): (_BATCH, _QUERY, _KEY),
+    ("scores", 3): (_BATCH, _QUERY, _KEY),
+    ("grad_scores", 3): (_BATCH, _QUERY, _KEY),
+    ("outputs", 3): (_BATCH, _QUERY, _FEATURE),
+    ("grad_queries", 3): (_BATCH, _QUERY, _FEATURE),
+    ("grad_keys", 3): (_BATCH, ("key", "keys"), _FEATURE),
+    ("grad_values", 3): (_BATCH, ("key", "keys"), _FEATURE),
+    ("grad_inputs", 3): (_BATCH, ("position", "positions"), _FEATURE),
+    ("indices", 2): (_BATCH, ("query", "queries")),
+    ("log_probs", 2): (_BATCH, ("query", "queries")),
+    ("mask", 2): (_BATCH, ("position", "positions")),
+}
+MAX_LISTED = 6
+
+
+def _axes(key: str, ndim: int):
+    return _AXES.get((key, ndim))
+
+
+def _where(bad: np.ndarray, axes) -> list[str]:
+    """Along which axes the wrong entries are confined: "in heads 1 of 2"."""
+    found = []
+    for axis, (one, many) in enumerate(axes):
+        n = bad.shape[axis]
+        hit = np.flatnonzero(bad.any(axis=tuple(a for a in range(bad.ndim)
+                                                 if a != axis)))
+        if n < 2 or len(hit) in (0, n):
+            continue
+        if len(hit) > MAX_LISTED:
+            found.append(f"in {len(hit)} of {n} {many}")
+            continue
+        names = ", ".join(str(int(h)) for h in hit[:-1])
+        names = f"{names} and {int(hit[-1])}" if names else str(int(hit[-1]))
+        found.append(f"only in {one if len(hit) == 1 else many} {names} of {n}")
+    return found
+
+
+def _permutation(obs, exp, axis, close) -> list[int] | None:
+    """p with obs.take(i) == exp.take(p[i]) along axis, if one exists."""
+    n = obs.shape[axis]
+    perm = []
+    for i in range(n):
+        a = np.take(obs, i, axis=axis)
+        match = [j for j in range(n) if close(a, np.take(exp, j, axis=axis))]
+        if len(match) != 1:
+            return None
+        perm.append(match[0])
+    return perm if sorted(perm) == list(range(n)) else None
+
+
+def _pattern(obs, exp, key, hidden=None) -> list[str]:
+    """Plain-language facts about how a wrong float result differs.
+
+    Only shapes, positions, counts and a ratio rounded to 2 digits -- never
+    reference values (the offset's size is the largest difference, already
+    given with 2 digits; it is not repeated): which
+    batch elements / heads / rows hold the wrong entries, a constant factor or
+    offset, a permutation of heads or rows, two axes swapped, only masked (or
+    only unmasked) positions, rows of weights that do not sum to 1.
+    """
+    atol, rtol = _tolerances(key)
+
+    def close(a, b):
+        return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
+
+    facts = []
+    bad = np.abs(obs - exp) > atol + rtol * np.abs(exp)
+    axes = _axes(key, obs.ndim)
+    if axes is not None:
+        facts += _where(bad, axes)
+    norm = float(np.sum(exp * exp))
+    factor = float(np.sum(obs * exp)) / norm if norm > 0 else 1.0
+    shift = float(np.mean(obs - exp))
+    if abs(factor - 1) > 1e-2 and close(obs, factor * exp):
+        facts.append(f"a constant factor: every entry is about {factor:.2g} "
+                     f"times the expected one")
+    elif abs(shift) > atol and close(obs, exp + shift):
+        facts.append("a constant offset: every entry is shifted by the same "
+                     "amount")
+    if axes is not None:
+        for axis, (_, many) in enumerate(axes):
+            if obs.shape[axis] < 2 or many == _FEATURE[1]:
+                continue
+            perm = _permutation(obs, exp, axis, close)
+            if perm is not None and perm != list(range(len(perm))):
+                order = ("in reverse order" if perm == list(range(len(perm)))[::-1]
+                         else "in a different order (a permutation)")
+                facts.append(f"the {many} are right but {order}")
+        for a in range(obs.ndim):
+            for b in range(a + 1, obs.ndim):
+                if obs.shape[a] == obs.shape[b] > 1 and close(obs, np.swapaxes(
+                        exp, a, b)):
+                    facts.append(f"the {axes[a][1]} and {axes[b][1]} axes are "
+                                 f"swapped (a transpose of the expected result)")
+    if hidden is not None and bad.any():
+        try:
+            masked = np.broadcast_to(np.asarray(hidden, dtype=bool), bad.shape)
+        except ValueError:
+            masked = None
+        if masked is not None and masked.any() and not masked.all():
+            if not (bad & ~masked).any():
+                facts.append("only at masked positions (attention_mask False): "
+                             "they must get weight 0")
+            elif not (bad & masked).any():
+                facts.append("only at positions the mask allows (the masked ones "
+                             "are right)")
+    if key == "weights" and obs.ndim >= 2:
+        exp_sums, obs_sums = exp.sum(axis=-1), obs.sum(axis=-1)
+        off = (np.abs(exp_sums - 1) < 1e-6) & (np.abs(obs_sums - 1) > 1e-3)
+        if off.any():
+            facts.append(f"{int(off.sum())} of {off.size} rows of weights do not "
+                         f"sum to 1 over the keys")
+    return facts
+
+
 def _label(key: str) -> str:
     """How a compared key is named in messages: grad_W_q -> gradients w.r.t. W_q."""
     return f"gradients w.r.t. {key[5:]}" if key.startswith("grad_") else key
@@ -138,7 +267,11 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
                                f"attend), got dtype {obs.dtype} ({where})")
         if obs.dtype.kind == "f" and not np.all(np.isfinite(obs)):
             variant = diagnose(check, case, inputs, observed)
-            msg = f"{who}: {_label(key)} contain NaN or inf ({where})."
+            axes = _axes(key, obs.ndim)
+            spots = _where(~np.isfinite(obs), axes) if axes else []
+            msg = (f"{who}: {_label(key)} contain NaN or inf ({where}): "
+                   f"{int(np.sum(~np.isfinite(obs)))} of {obs.size} entries"
+                   + (f", {'; '.join(spots)}" if spots else "") + ".")
             if variant is not None:
                 msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
             elif check.nan_hint:
@@ -155,7 +288,26 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
         elif key.startswith("grad_") and not np.any(obs):
             msg += ("\nLikely mistake (no-gradient): the gradient is zero -- part of "
                     "the computation is cut off from autodiff.")
-        elif check.reminder:
-            msg += ("\nNo known mistake matches. Check against the interface: "
-                    + check.reminder)
+        else:
+            facts = _facts(check, key, shown, exp, inputs)
+            if facts:
+                msg += "\nWhat differs: " + "; ".join(facts) + "."
+            if check.reminder:
+                msg += ("\nNo known mistake matches. Check against the interface: "
+                        + check.reminder)
         raise GradingError(msg)
+
+
+def _facts(check: Check, key: str, obs, exp, inputs: dict) -> list[str]:
+    """The generic description of a wrong result (see _pattern); never raises."""
+    try:
+        if exp.dtype.kind in "biu":
+            bad = obs.astype(np.int64) != exp.astype(np.int64)
+            axes = _axes(key, bad.ndim)
+            return _where(bad, axes) if axes else []
+        hidden = check.hidden(inputs) if check.hidden and key == "weights" else None
+        with np.errstate(all="ignore"):  # the student's numbers may be huge
+            return _pattern(np.asarray(obs, dtype=np.float64),
+                            exp.astype(np.float64), key, hidden)
+    except Exception:  # noqa: BLE001  (a description must never break a verdict)
+        return []

@@ -12,9 +12,13 @@ from grader import numeric
 from grader.assignments._common import rng
 from grader.core import Check, Variant
 from grader.kernel.runners.addressing import RUNS, TARGETS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "addressing"
 SEED = 1001
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and the built-in attention layers.
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
 def make_cases() -> dict:
@@ -60,7 +64,9 @@ def _d2(i):
     return _sq_dist(i["queries"], i["keys"])
 
 
+# Each variant cites where learners report the mistake.
 VARIANTS = (
+    # PetrochukM/PyTorch-NLP#2, MicrosoftDocs/pytorchfundamentals#21
     Variant("softmax-axis",
             "the softmax runs over the queries axis; each query needs a distribution "
             "over the keys, so normalise over the last axis (axis=-1).",
@@ -77,6 +83,20 @@ VARIANTS = (
             "beta divides the distance; it multiplies it (a larger beta makes the "
             "lookup sharper).",
             _variant(lambda i: -_d2(i) / i["beta"])),
+    # d2l 11.2 "Attention Pooling by Similarity": the Gaussian kernel
+    # exp(-||q - k||^2 / 2) (https://d2l.ai/chapter_attention-mechanisms-and-
+    # transformers/attention-pooling.html)
+    Variant("halved-distance",
+            "the squared distance is halved (the Gaussian kernel's "
+            "-||q - k||^2 / 2); this lookup scores with -beta * ||q - k||^2, no 1/2.",
+            _variant(lambda i: -i["beta"] * _d2(i) / 2)),
+    # d2l's parametric Nadaraya-Watson pooling -((q - k) w)^2 / 2
+    # (d2l-ai/d2l-en chapter_attention-mechanisms/nadaraya-waston.md)
+    Variant("beta-squared",
+            "beta multiplies the difference before squaring, -(beta * (q - k))^2 "
+            "= -beta^2 ||q - k||^2; it multiplies the squared distance once: "
+            "-beta * ||q - k||^2.",
+            _variant(lambda i: -i["beta"] ** 2 * _d2(i))),
     Variant("beta-ignored",
             "beta is ignored: the score is -beta * ||q - k||^2.",
             _variant(lambda i: -_d2(i))),

@@ -42,9 +42,14 @@ from grader.kernel.runners.builtin_layers import (
     WEIGHTS,
 )
 from grader.numeric import merge_heads, split_heads
+from grader.provenance import COURSE_ATTENTION, COURSE_MASKS
 
 NAME = "builtin-layers"
 SEED = 7007
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and mask converters; the built-in layers are
+# this exercise's task, so they are allowed.
+FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS)
 
 
 def make_cases() -> dict:
@@ -82,7 +87,12 @@ def _forward(i, mask="ok", keys="keys", values="values", average=False):
     m = None
     if bool(i["has_mask"]) and mask != "ignored":
         pad = i["key_mask"][:, None, None, :]              # (batch, 1, 1, n_k)
-        m = ~pad if mask == "inverted" else pad
+        if mask == "float_added":            # torch adds a float key_padding_mask
+            s = s + pad
+        elif mask == "float_added_inverted":
+            s = s + ~pad
+        else:
+            m = ~pad if mask == "inverted" else pad
     w = numeric.masked_softmax(s, m)                       # (batch, h, n_q, n_k)
     outputs = merge_heads(w @ v) @ i["W_o"] + i["b_o"]     # (batch, n_q, d_model)
     return {"outputs": outputs, "weights": w.mean(axis=1) if average else w}
@@ -105,7 +115,9 @@ def expected(case: str, inputs: dict) -> dict:
     return result
 
 
+# Each variant cites where learners report the mistake.
 VARIANTS = (
+    # tensorflow/text#1017 (Keras argument order query, value, key)
     Variant("keys-values-swapped",
             "keys and values are swapped: keras.layers.MultiHeadAttention is called "
             "as layer(query, VALUE, key), torch.nn.MultiheadAttention as "
@@ -119,6 +131,7 @@ VARIANTS = (
 )
 
 MASK_VARIANTS = (
+    # pytorch/pytorch#141018 and #141694 (key_padding_mask True = ignored)
     Variant("inverted-mask",
             "the mask polarity is inverted: key_mask is True = attend, as is "
             "Keras's attention_mask (pass it as it is, with a query axis); "
@@ -129,7 +142,24 @@ MASK_VARIANTS = (
             "the mask is not applied: pass it to the layer (Keras attention_mask, "
             "torch key_padding_mask).",
             lambda i: _forward(i, mask="ignored")),
+    # mlverse/torch#1205 / #1208, pytorch/pytorch#141018 and #147209: a float
+    # key_padding_mask is added to the scores, it does not hide anything
+    Variant("float-mask-added",
+            "the mask reached the layer as floats (1.0 = real key), and torch "
+            "ADDS a float key_padding_mask to the scores instead of hiding keys; "
+            "pass a bool mask, ~key_mask (True = NOT allowed).",
+            lambda i: _forward(i, mask="float_added")),
+    Variant("float-padding-mask-added",
+            "the mask reached the layer as floats (1.0 = padding), and torch "
+            "ADDS a float key_padding_mask to the scores (1.0 is not -inf); pass "
+            "the bool mask ~key_mask itself, without .float().",
+            lambda i: _forward(i, mask="float_added_inverted")),
 )
+
+
+def _hidden(i):
+    """Positions of the weights that must be 0 (padding keys), or None."""
+    return ~i["key_mask"][:, None, None, :] if bool(i["has_mask"]) else None
 
 
 NOTES = {"two_heads": "batch 2, 3 queries, 5 keys, d_model 8, 2 heads, no mask",
@@ -144,7 +174,7 @@ CHECKS = {
                      case_notes=NOTES, reminder=REMINDER),
     "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS,
                    compare=("weights", "outputs"), variants=MASK_VARIANTS + VARIANTS, case_notes=NOTES,
-                   reminder=REMINDER),
+                   reminder=REMINDER, hidden=_hidden),
     "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_queries", "grad_keys", "grad_values"),
                        variants=VARIANTS, case_notes=NOTES,
                        reminder="gradients of sum(outputs * g) must reach the "

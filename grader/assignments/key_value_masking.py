@@ -19,9 +19,13 @@ from grader import numeric
 from grader.assignments._common import rng
 from grader.core import Check, Variant
 from grader.kernel.runners.key_value_masking import ATTN_TARGETS, MASK_TARGETS, RUNS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
 
 NAME = "key-value-masking"
 SEED = 4004
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and the built-in attention layers.
+FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS, *BUILTIN_ATTENTION)
 PAD = 1
 
 
@@ -46,7 +50,9 @@ def make_cases() -> dict:
 def _attend(i, scale=True, mask="keys", softmax="masked", axis=-1):
     q, k, v, m = (i[n] for n in ("queries", "keys", "values", "key_mask"))
     s = q @ np.swapaxes(k, -1, -2)
-    if scale:
+    if scale == "values":  # sqrt of the values' size instead of d_k
+        s = s / math.sqrt(v.shape[-1])
+    elif scale:
         s = s / math.sqrt(q.shape[-1])
     key_mask = {"keys": m[:, None, :], "inverted": ~m[:, None, :],
                 "none": np.ones_like(m)[:, None, :], "queries": m[:, :, None]}[mask]
@@ -56,6 +62,10 @@ def _attend(i, scale=True, mask="keys", softmax="masked", axis=-1):
             numeric.softmax(np.where(key_mask, s, -1e9), axis=axis)
     elif softmax == "after":  # softmax first, then zero the padding (no renorm)
         w = numeric.softmax(s) * key_mask
+    elif softmax == "added":  # the bool mask added to the scores: True = +1
+        w = numeric.softmax(s + key_mask)
+    elif softmax == "zero_fill":  # masked scores set to 0 (or scores * mask)
+        w = numeric.softmax(np.where(key_mask, s, 0.0))
     else:  # "fill": big negative fill, no zeroing -> uniform on empty rows
         w = numeric.softmax(np.where(key_mask, s, -1e9))
     return {"outputs": w @ v, "weights": w}
@@ -82,7 +92,9 @@ MASK_VARIANTS = (
             lambda i: {"mask": i["token_ids"] != 0}),
 )
 
+# Each variant cites where learners report the mistake.
 ATTN_VARIANTS = (
+    # julber95's fix in InseeFrLab/torchTextClassifiers#92 (inverted mask)
     Variant("inverted-mask",
             "the mask polarity is inverted: True = attend, so padding keys are the "
             "False entries of key_mask.",
@@ -90,27 +102,53 @@ ATTN_VARIANTS = (
     Variant("mask-ignored",
             "the mask is not applied: padding keys still receive weight.",
             lambda i: _attend(i, mask="none")),
+    # abisee/pointer-generator#88 (softmax, then mask)
     Variant("mask-after-softmax",
             "the mask is applied after the softmax without renormalising, so the "
             "weights no longer sum to 1; mask the SCORES before the softmax.",
             lambda i: _attend(i, softmax="after")),
+    # lsdefine/attention-is-all-you-need-keras#16 (mask over the queries)
     Variant("mask-on-queries",
             "the mask is broadcast over the queries axis; a padding mask hides KEYS: "
             "give it shape (batch, 1, num_keys).",
             lambda i: _attend(i, mask="queries")),
+    # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
+    Variant("mask-added",
+            "the bool mask is ADDED to the scores (True counts as +1), which "
+            "masks nothing; fill the scores of padding keys with a large "
+            "negative number (masked_fill(~mask, -1e9) / tf.where(mask, scores, "
+            "-1e9)).",
+            lambda i: _attend(i, softmax="added")),
+    # georg-wolflein/good-features#1, hyunwoongko/transformer#10,
+    # Shujun-He/RibonanzaNet#5 (-1e-9 instead of -1e9)
+    Variant("mask-zero-fill",
+            "the scores of padding keys are set to 0 (or multiplied by the mask), "
+            "but softmax gives a score of 0 the weight exp(0) = 1; fill them with "
+            "a large negative number (-1e9) instead.",
+            lambda i: _attend(i, softmax="zero_fill")),
     Variant("missing-scale",
             "the 1/sqrt(d_k) scaling of the scores is missing.",
             lambda i: _attend(i, scale=False)),
+    Variant("scale-uses-value-size",
+            "the scores are divided by the square root of the VALUES' size; d_k "
+            "is the size of queries and keys (queries.shape[-1]).",
+            lambda i: _attend(i, scale="values")),
     Variant("softmax-axis",
             "the softmax runs over the queries axis; normalise over the keys "
             "(last axis).",
             lambda i: _attend(i, axis=1)),
+    # d2l-ai/d2l-en#2423 (masked_softmax gives uniform weights to an empty row)
     Variant("uniform-on-empty-rows",
             "a query whose keys are all padding gets uniform weights over the "
             "padding; it must get all-zero weights and a zero output -- multiply "
             "the weights by the mask after the softmax.",
             lambda i: _attend(i, softmax="fill"), cases=("empty",)),
 )
+
+
+def _hidden(i):
+    """Positions of the weights that must be 0: padding keys."""
+    return ~i["key_mask"][:, None, :]
 
 
 ATTN_REMINDER = ("scores q k^T / sqrt(d_k); padding keys (key_mask False) get weight "
@@ -124,11 +162,12 @@ CHECKS = {
     "masked_attention": Check(name="masked_attention", runner=RUNS["masked_attention"], targets=ATTN_TARGETS, compare=("weights", "outputs", "grad_queries", "grad_values"),
         variants=ATTN_VARIANTS,
         case_notes={"main": "batch 3 of lengths 5, 3, 1; 5 queries and keys"},
-        reminder=ATTN_REMINDER,
+        reminder=ATTN_REMINDER, hidden=_hidden,
     ),
     "fully_masked": Check(name="fully_masked", runner=RUNS["fully_masked"], targets=ATTN_TARGETS, compare=("weights", "outputs", "grad_queries", "grad_values"),
         variants=ATTN_VARIANTS,
         case_notes={"empty": "the second sequence is all padding (length 0)"},
+        hidden=_hidden,
         nan_hint=("Likely mistake (minus-infinity-fill): filling masked scores with "
                   "-inf gives 0/0 = NaN for a row with no real key; fill with a large "
                   "negative finite number and multiply the weights by the mask."),

@@ -16,9 +16,13 @@ import numpy as np
 from grader.assignments._common import rng
 from grader.core import Check, Variant
 from grader.kernel.runners.scoring_functions import FUNCTIONS, RUNS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "scoring-functions"
 SEED = 2002
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and the built-in attention layers.
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION, "attncourse.*.*_score")
 
 
 def make_cases() -> dict:
@@ -77,18 +81,23 @@ def expected(case: str, inputs: dict) -> dict:
             "bilinear": _bilinear}[case](inputs)
 
 
+# Each variant cites where learners report the mistake.
 ADDITIVE_VARIANTS = (
+    # tensorflow/nmt#257 (the tanh left out of the attention layer)
     Variant("missing-tanh", "the tanh is missing: the score is v . tanh([q; k] W + b).",
             lambda i: _additive(i, tanh=False)),
     Variant("concat-order",
             "the concatenation order is swapped: [q; k] puts the query first, so the "
             "first d_q rows of W multiply the query and the last d_k rows the key.",
             lambda i: _additive(i, order="kq")),
+    # OpenNMT/OpenNMT-py#892, tensorflow/tensorflow#12111 (bias or no bias)
     Variant("missing-bias", "the bias b is missing: tanh([q; k] W + b).",
             lambda i: _additive(i, bias="none")),
     Variant("bias-outside-tanh",
             "the bias is added after the tanh; it belongs inside: tanh([q; k] W + b).",
             lambda i: _additive(i, bias="outside")),
+    # tensorflow/tensorflow#39332 and #43471 (Keras AdditiveAttention sums the
+    # tanh features, no v)
     Variant("v-ignored",
             "the tanh features are summed instead of weighted by v: the score is "
             "v . tanh(...), a dot product with v.",
@@ -96,10 +105,13 @@ ADDITIVE_VARIANTS = (
 )
 
 PROJECTED_VARIANTS = (
+    # tunz/transformer-pytorch#8
     Variant("missing-scale",
             "the 1/sqrt(d_k) scaling is missing: divide the dot products by "
             "sqrt(h), h = W_q.shape[1] (the size of the projected queries and keys).",
             lambda i: _projected(i, "none")),
+    # jadore801120/attention-is-all-you-need-pytorch#42 and #49 (sqrt of the
+    # model size, not of the projected size)
     Variant("scale-input-size",
             "the scores are divided by the square root of the INPUT size; use the "
             "size of the projected vectors, h = W_q.shape[1].",
@@ -108,12 +120,14 @@ PROJECTED_VARIANTS = (
             "the scores are divided by the square root of the keys' input size; use "
             "the size of the projected vectors, h = W_q.shape[1].",
             lambda i: _projected(i, "sqrt_dk")),
+    # thegregyang/NTK4A#3 (1/d instead of 1/sqrt(d))
     Variant("scale-not-sqrt",
             "the scores are divided by h instead of sqrt(h).",
             lambda i: _projected(i, "h")),
 )
 
 BILINEAR_VARIANTS = (
+    # dido1998/Recurrent-Independent-Mechanisms#9 (nn.Linear computes x A^T)
     Variant("transposed-weights",
             "W is used transposed: the score is q W k^T with W of shape (d_q, d_k), "
             "i.e. (queries @ W) @ keys^T.",

@@ -31,9 +31,13 @@ from grader.kernel.runners.self_attention import (
     TARGETS,
     WEIGHTS,
 )
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
 
 NAME = "self-attention"
 SEED = 5005
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and the built-in attention layers.
+FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS, *BUILTIN_ATTENTION)
 
 
 def make_cases() -> dict:
@@ -59,30 +63,45 @@ def make_cases() -> dict:
     return cases
 
 
-def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok"):
+def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok",
+             projections="qkv", scale_after=False):
+    """The reference and its wrong variants. ``projections`` names the weights
+    for Q, K, V; ``mask``: ok, inverted, ignored, added (scores + mask),
+    zero_fill (hidden scores set to 0, padding and causal), queries (the
+    (batch, 1, seq) mask turned to (batch, seq, 1): it hides query rows)."""
     x = i["inputs"]
-    q, k, v = x @ i["W_q"], x @ i["W_k"], x @ i["W_v"]
+    q, k, v = (x @ i[f"W_{p}"] for p in projections)
     if swap_qk:
         q, k = k, q
     s = q @ np.swapaxes(k, -1, -2)
     div = {"d_k": D_K, "none": 1.0, "d_v": D_V, "input_dim": INPUT_DIM,
            "d_k_no_sqrt": D_K ** 2}[scale]
-    s = s / math.sqrt(div)
+    if not scale_after:
+        s = s / math.sqrt(div)
     n = x.shape[1]
     full = np.ones((1, n, n), dtype=bool)
     m = full
     if bool(i["has_mask"]) and mask != "ignored":
         pad = i["attention_mask"]
-        m = m & (~pad if mask == "inverted" else pad)
+        if mask == "queries":
+            pad = np.swapaxes(pad, -1, -2)
+        if mask == "added":
+            s = s + pad
+        else:
+            m = m & (~pad if mask == "inverted" else pad)
     if bool(i["causal"]) and causal != "ignored":
         tri = {"ok": numeric.causal(n), "flipped": numeric.causal(n).T,
                "strict": np.tril(np.ones((n, n), dtype=bool), -1)}[causal]
         m = m & tri
     m = np.broadcast_to(m, s.shape)
+    if mask == "zero_fill":  # every hidden score set to 0, nothing zeroed after
+        s, m = np.where(m, s, 0.0), np.ones(s.shape, dtype=bool)
     if axis == -1:
         w = numeric.masked_softmax(s, m)
     else:
         w = numeric.softmax(np.where(m, s, -1e9), axis=axis) * m
+    if scale_after:
+        w = w / math.sqrt(div)
     return {"outputs": w @ v, "weights": w}
 
 
@@ -103,7 +122,10 @@ def expected(case: str, inputs: dict) -> dict:
     return result
 
 
+# Each variant cites where learners report the mistake (issue threads of the
+# anchors and of tutorials built on them).
 FORWARD_VARIANTS = (
+    # tunz/transformer-pytorch#8
     Variant("missing-scale",
             "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)).",
             lambda i: _forward(i, scale="none")),
@@ -111,12 +133,21 @@ FORWARD_VARIANTS = (
             "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the size "
             "of queries and keys.",
             lambda i: _forward(i, scale="d_v")),
+    # jadore801120/attention-is-all-you-need-pytorch#42 (sqrt(d_model))
     Variant("scale-uses-input_dim",
             "the scores are divided by sqrt(input_dim); the scale is sqrt(d_k), the "
             "size of the projected queries and keys.",
             lambda i: _forward(i, scale="input_dim")),
+    # thegregyang/NTK4A#3 (1/d instead of 1/sqrt(d))
     Variant("scale-not-sqrt", "the scores are divided by d_k instead of sqrt(d_k).",
             lambda i: _forward(i, scale="d_k_no_sqrt")),
+    # FrancescoSaverioZuppichini/ViT#2 and #6: F.softmax(energy) * scaling
+    Variant("scale-after-softmax",
+            "the 1/sqrt(d_k) scaling is applied to the weights after the softmax; "
+            "it scales the SCORES: softmax(Q K^T / sqrt(d_k)).",
+            lambda i: _forward(i, scale_after=True)),
+    # labmlai/annotated_deep_learning_paper_implementations#282,
+    # nerminnuraydogan/vision-transformer#1
     Variant("softmax-axis",
             "the softmax runs over the queries axis; each query (row) needs a "
             "distribution over the keys (last axis).",
@@ -125,6 +156,12 @@ FORWARD_VARIANTS = (
             "queries and keys are swapped (K Q^T instead of Q K^T): row i of the "
             "scores must hold query i against every key.",
             lambda i: _forward(i, swap_qk=True)),
+    # stevezheng23/reading_comprehension_tf#284 (projection reuse),
+    # Khaliladib11/Transformer-from-scratch#1 (self.key used for the queries)
+    Variant("keys-projected-with-W_q",
+            "the keys are projected with W_q, so the scores compare Q with itself; "
+            "K = inputs @ W_k.",
+            lambda i: _forward(i, projections="qqv")),
 )
 
 PADDED, CAUSAL = ("padded", "causal_padded"), ("causal", "causal_padded")
@@ -134,6 +171,22 @@ MASK_VARIANTS = (
             lambda i: _forward(i, mask="inverted"), cases=PADDED),
     Variant("mask-ignored", "attention_mask is not applied.",
             lambda i: _forward(i, mask="ignored"), cases=PADDED),
+    # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
+    Variant("mask-added",
+            "the bool mask is ADDED to the scores (True counts as +1), which "
+            "masks nothing; fill the masked scores with a large negative number.",
+            lambda i: _forward(i, mask="added"), cases=PADDED),
+    # georg-wolflein/good-features#1, hyunwoongko/transformer#10
+    Variant("mask-zero-fill",
+            "masked scores are set to 0 (or multiplied by the mask), but softmax "
+            "gives a score of 0 the weight exp(0) = 1; fill them with -1e9.",
+            lambda i: _forward(i, mask="zero_fill"), cases=PADDED + ("causal",)),
+    # lsdefine/attention-is-all-you-need-keras#16 (mask broadcast over queries)
+    Variant("mask-on-queries",
+            "the padding mask is applied along the queries (rows), not the keys "
+            "(columns): attention_mask is (batch, 1, seq), keys on the LAST axis "
+            "-- do not transpose it.",
+            lambda i: _forward(i, mask="queries"), cases=PADDED),
     Variant("causal-flipped",
             "the causal mask points the wrong way: query i may attend to keys "
             "j <= i (the past and itself), not to the future.",
@@ -147,6 +200,18 @@ MASK_VARIANTS = (
 )
 
 
+def _hidden(i):
+    """Positions of the weights that must be 0 (padding, future keys), or None."""
+    n = i["inputs"].shape[1]
+    m = np.ones((1, n, n), dtype=bool)
+    if bool(i["has_mask"]):
+        m = m & i["attention_mask"]
+    if bool(i["causal"]):
+        m = m & numeric.causal(n)
+    return ~m
+
+
+
 NOTES = {"plain": "batch 2, seq 5, input_dim 6, d_k 4, d_v 3; no mask",
          "padded": "padding mask (batch, 1, seq) for lengths 5 and 3",
          "causal": "causal=True, no attention_mask",
@@ -154,10 +219,11 @@ NOTES = {"plain": "batch 2, seq 5, input_dim 6, d_k 4, d_v 3; no mask",
 REMINDER = ("Q, K, V = X W_q, X W_k, X W_v; softmax(Q K^T / sqrt(d_k)) over keys, "
             "masked where attention_mask is False or (causal) key j > query i.")
 CHECKS = {
-    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=FORWARD_VARIANTS, case_notes=NOTES, reminder=REMINDER),
+    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=FORWARD_VARIANTS, case_notes=NOTES, reminder=REMINDER,
+                     hidden=_hidden),
     "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS,
                    compare=("weights", "outputs"), variants=MASK_VARIANTS + FORWARD_VARIANTS, case_notes=NOTES,
-                   reminder=REMINDER),
+                   reminder=REMINDER, hidden=_hidden),
     "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
                        variants=FORWARD_VARIANTS, case_notes=NOTES,
                        reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
@@ -166,15 +232,15 @@ CHECKS = {
 
 
 def crosscheck(case: str, inputs: dict, exp: dict) -> None:
-    """The reference agrees with the library's CustomAttention (NumPy forward,
+    """The reference agrees with the library's SelfAttention (NumPy forward,
     PyTorch float64 autograd for the gradients)."""
     import torch
 
     import attncourse.numpy as anp
     import attncourse.torch as atorch
 
-    layer = anp.CustomAttention(D_K, D_V, INPUT_DIM)
-    anp.set_weights_numpy(layer, {w: inputs[w] for w in WEIGHTS})
+    layer = anp.SelfAttention(D_K, D_V, INPUT_DIM)
+    anp.set_params(layer, {w: inputs[w] for w in WEIGHTS})
     n = SEQ
     mask = np.ones((1, n, n), dtype=bool)
     if bool(inputs["has_mask"]):
@@ -185,8 +251,8 @@ def crosscheck(case: str, inputs: dict, exp: dict) -> None:
     np.testing.assert_allclose(out, exp["outputs"], atol=1e-12)
     np.testing.assert_allclose(w, exp["weights"], atol=1e-12)
     if case == "plain":
-        mod = atorch.CustomAttention(D_K, D_V, INPUT_DIM).double()
-        atorch.set_weights_numpy(mod, {w: inputs[w] for w in WEIGHTS})
+        mod = atorch.SelfAttention(D_K, D_V, INPUT_DIM).double()
+        atorch.set_params(mod, {w: inputs[w] for w in WEIGHTS})
         x = torch.tensor(inputs["inputs"], requires_grad=True)
         (mod(x) * torch.tensor(inputs["upstream"])).sum().backward()
         for wname in WEIGHTS:

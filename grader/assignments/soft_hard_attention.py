@@ -16,9 +16,13 @@ from grader import numeric
 from grader.assignments._common import rng
 from grader.core import Check, Variant
 from grader.kernel.runners.soft_hard_attention import RUNS, TARGETS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "soft-hard-attention"
 SEED = 3003
+# What the solution may not call (grader.provenance flags it for review): the
+# course library's own implementation and the built-in attention layers.
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION, "attncourse.*.hard_attention")
 MARGIN = 2e-3  # uniforms stay this far from every CDF boundary (float32-safe)
 
 
@@ -99,6 +103,12 @@ LOG_PROB_VARIANTS = (
     Variant("probability-not-log",
             "you returned the probability p_j; return its logarithm log p_j.",
             lambda i: _log_probs(i, numeric.softmax)),
+    # kevinzakka/recurrent-visual-attention#10: the REINFORCE loss is
+    # -log_pi * reward; the log-probability itself has no minus sign
+    Variant("negated-log-prob",
+            "log_probs has the wrong sign: return log p_j (<= 0); the minus sign "
+            "belongs to a REINFORCE loss, -log p_j * reward, not here.",
+            lambda i: _log_probs(i, lambda s: -np.log(numeric.softmax(s)))),
     Variant("unnormalised-log-probability",
             "log_probs is the raw score s_j; the log-probability is "
             "s_j - logsumexp(s) (log_softmax).",

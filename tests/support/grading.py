@@ -31,10 +31,11 @@ class Bug:
     lost: tuple           # grade ids that must score 0
     tag: str = ""         # "Likely mistake (<tag>)" expected in the feedback
     extra: dict = field(default_factory=dict)
+    says: str = ""        # text the feedback must contain (e.g. plain advice)
 
 
-def B(assignment, student, part, edits, lost, tag=""):
-    return Bug(assignment, student, part, tuple(edits), tuple(lost), tag)
+def B(assignment, student, part, edits, lost, tag="", says=""):
+    return Bug(assignment, student, part, tuple(edits), tuple(lost), tag, says=says)
 
 
 BUGS = (
@@ -59,6 +60,15 @@ BUGS = (
       [("scores = -beta * diff.pow(2).sum(dim=-1)",
         "scores = beta * queries @ keys.transpose(-1, -2)")],
       ["torch-hidden"], "dot-product-score"),
+    # mistakes learners report (see the variants' comments in grader/assignments)
+    B("addressing", "bug4", "tf",
+      [("scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
+        "scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1) / 2")],
+      ["tf-hidden"], "halved-distance"),
+    B("addressing", "bug4", "torch",
+      [("scores = -beta * diff.pow(2).sum(dim=-1)",
+        "scores = -(beta * diff).pow(2).sum(dim=-1)")],
+      ["torch-hidden"], "beta-squared"),
     # --------------------------------------------------------- scoring-functions
     B("scoring-functions", "bug1", "tf",
       [("features = tf.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
@@ -82,6 +92,16 @@ BUGS = (
       [("torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
         "torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :]) + b")],
       ["torch-hidden-additive"], "bias-outside-tanh"),
+    B("scoring-functions", "bug4", "tf",
+      [("return tf.matmul(queries @ W, keys, transpose_b=True)",
+        "return tf.matmul(queries @ W, tf.transpose(keys))")],
+      ["tf-visible", "tf-hidden-bilinear"],
+      says="transpose only the last two axes of the keys"),
+    B("scoring-functions", "bug4", "torch",
+      [("return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
+        "return q @ k.T / math.sqrt(W_q.shape[1])")],
+      ["torch-visible", "torch-hidden-projected"],
+      says="transpose only the last two axes of the keys"),
     # ------------------------------------------------------- soft-hard-attention
     B("soft-hard-attention", "bug1", "tf",
       [("indices = tf.minimum(tf.reduce_sum(below, axis=-1), scores.shape[-1] - 1)",
@@ -108,6 +128,13 @@ BUGS = (
     B("soft-hard-attention", "bug3", "torch",
       [("log_probs = torch.gather(log_p, -1,", "log_probs = torch.gather(scores, -1,")],
       ["torch-visible", "torch-hidden-log-prob"], "unnormalised-log-probability"),
+    B("soft-hard-attention", "bug4", "tf",
+      [("log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",
+        "log_probs = -tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]")],
+      ["tf-visible", "tf-hidden-log-prob"], "negated-log-prob"),
+    B("soft-hard-attention", "bug4", "torch",
+      [("log_probs = torch.gather(log_p, -1,", "log_probs = -torch.gather(log_p, -1,")],
+      ["torch-visible", "torch-hidden-log-prob"], "negated-log-prob"),
     # --------------------------------------------------------- key-value-masking
     B("key-value-masking", "bug1", "tf",
       [("mask = key_mask[:, None, :]", "mask = tf.logical_not(key_mask)[:, None, :]")],
@@ -129,6 +156,24 @@ BUGS = (
       [("mask = key_mask[:, None, :]", "mask = key_mask[:, :, None]")],
       ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
       "mask-on-queries"),
+    B("key-value-masking", "bug4", "tf",
+      [("scores = tf.where(mask, scores, -1e9)                  # finite: no NaN\n"
+        "    weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
+        "weights = tf.nn.softmax(scores + tf.cast(mask, scores.dtype), axis=-1)")],
+      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "mask-added"),
+    B("key-value-masking", "bug4", "torch",
+      [("scores.masked_fill(~mask, -1e9)", "scores.masked_fill(~mask, 0.0)"),
+       ("weights = torch.softmax(scores, dim=-1) * mask",
+        "weights = torch.softmax(scores, dim=-1)")],
+      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+      "mask-zero-fill"),
+    B("key-value-masking", "bug5", "tf",
+      [("d_k = queries.shape[-1]", "d_k = values.shape[-1]")],
+      ["tf-hidden-attention", "tf-hidden-empty"], "scale-uses-value-size"),
+    B("key-value-masking", "bug5", "torch",
+      [("mask = key_mask[:, None, :]", "mask = key_mask[:, None, :].float()")],
+      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+      says="a mask is used as a boolean"),
     # ------------------------------------------------------------ self-attention
     B("self-attention", "bug1", "tf",
       [(" / math.sqrt(self.d_k)", "")],
@@ -157,6 +202,37 @@ BUGS = (
         "torch.softmax(scores.masked_fill(~mask, -1e9), dim=1)")],
       ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
        "torch-hidden-gradients"], "softmax-axis"),
+    B("self-attention", "bug4", "tf",
+      [("scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_k)",
+        "scores = tf.matmul(q, k, transpose_b=True)"),
+       ("outputs = tf.matmul(weights, v)",
+        "weights = weights / math.sqrt(self.d_k)\n"
+        "        outputs = tf.matmul(weights, v)")],
+      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "scale-after-softmax"),
+    B("self-attention", "bug4", "torch",
+      [("inputs @ self.W_k, inputs @ self.W_v",
+        "inputs @ self.W_q, inputs @ self.W_v")],
+      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+      "keys-projected-with-W_q"),
+    B("self-attention", "bug5", "tf",
+      [("mask = tf.logical_and(mask, attention_mask)",
+        "mask = tf.logical_and(mask, tf.transpose(attention_mask, (0, 2, 1)))")],
+      ["tf-visible", "tf-hidden-masks"], "mask-on-queries"),
+    B("self-attention", "bug5", "torch",
+      [("mask = mask & attention_mask", "scores = scores + attention_mask")],
+      ["torch-visible", "torch-hidden-masks"], "mask-added"),
+    B("self-attention", "bug6", "tf",
+      [("scores = tf.where(mask, scores, -1e9)",
+        "scores = tf.where(mask, scores, 0.0)"),
+       ("weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
+        "weights = tf.nn.softmax(scores, axis=-1)")],
+      ["tf-visible", "tf-hidden-masks"], "mask-zero-fill"),
+    B("self-attention", "bug6", "torch",
+      [("scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)",
+        "scores = q @ k.T / math.sqrt(self.d_k)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], says="transpose only the last two axes of the keys"),
     # ---------------------------------------------------------------- multi-head
     B("multi-head-attention", "bug1", "tf",
       [("outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
@@ -193,6 +269,58 @@ BUGS = (
        ("@ self.W_o\n", "@ self.W_o.T\n")],
       ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
       "transposed-weights"),
+    # the two multi-head mistakes that got no hint before (a split or a merge
+    # alone is wrong), and the rest of the reported ones
+    B("multi-head-attention", "bug4", "tf",
+      [("x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
+        "        return tf.transpose(x, (0, 2, 1, 3))",
+        "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
+        "        return tf.transpose(x, (0, 3, 1, 2))")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "head-split-d_head-first"),
+    B("multi-head-attention", "bug4", "torch",
+      [("x.transpose(1, 2).reshape(batch, n, self.d_model)",
+        "x.reshape(batch, n, self.d_model)")],
+      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+      "head-merge-without-transpose"),
+    B("multi-head-attention", "bug5", "tf",
+      [("tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_head)",
+        "tf.matmul(q, k, transpose_b=True)"),
+       ("outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
+        "weights = weights / math.sqrt(self.d_head)\n        outputs = "
+        "tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)")],
+      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "scale-after-softmax"),
+    B("multi-head-attention", "bug5", "torch",
+      [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)"),
+       ("-1e9), dim=-1)", "-1e9), dim=1)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], "softmax-over-heads"),
+    B("multi-head-attention", "bug6", "tf",
+      [("mask = tf.broadcast_to(attention_mask[:, None], tf.shape(scores))",
+        "mask = tf.broadcast_to(attention_mask, tf.shape(scores))")],
+      ["tf-hidden-masks"], "mask-missing-head-axis"),
+    B("multi-head-attention", "bug6", "torch",
+      [("weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",
+        "weights = torch.softmax(scores + mask, dim=-1)")],
+      ["torch-visible", "torch-hidden-masks"], "mask-added"),
+    B("multi-head-attention", "bug7", "tf",
+      [("v = self.split_heads(tf.matmul(values, self.W_v))",
+        "v = self.split_heads(tf.matmul(values, self.W_k))")],
+      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      "values-projected-with-W_k"),
+    B("multi-head-attention", "bug7", "torch",
+      [("weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",
+        "weights = torch.softmax(scores * mask, dim=-1)")],
+      ["torch-visible", "torch-hidden-masks"], "mask-zero-fill"),
+    B("multi-head-attention", "bug8", "torch",
+      [("scores = q @ k.transpose(-1, -2)", "scores = q @ k.transpose(1, 2)")],
+      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
+       "torch-hidden-gradients"], says="transpose only the last two axes of the keys"),
+    B("multi-head-attention", "bug8", "tf",
+      [("/ math.sqrt(self.d_head)", "/ tf.sqrt(tf.cast(self.d_head, tf.float64))")],
+      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+      says="float32 and float64 tensors are mixed"),
     # ------------------------------------------------------------ builtin-layers
     B("builtin-layers", "bug1", "tf",
       [("layer(queries, values, keys,", "layer(queries, keys, values,")],
@@ -208,6 +336,15 @@ BUGS = (
       [("need_weights=True, average_attn_weights=False)", "need_weights=True)")],
       ["torch-visible", "torch-hidden-forward", "torch-hidden-masks"],
       "averaged-weights"),
+    B("builtin-layers", "bug3", "tf",
+      [("else key_mask[:, None, :]", "else key_mask")],
+      ["tf-visible", "tf-hidden-masks"], says="needs a query axis"),
+    B("builtin-layers", "bug3", "torch",
+      [("else ~key_mask", "else (~key_mask).float()")],
+      ["torch-visible", "torch-hidden-masks"], "float-padding-mask-added"),
+    B("builtin-layers", "bug4", "torch",
+      [("key_padding_mask=padding", "attn_mask=padding")],
+      ["torch-visible", "torch-hidden-masks"], says="goes to key_padding_mask"),
 )
 
 
@@ -311,6 +448,8 @@ def make_course(dest: Path, assignments) -> None:
     shutil.copy(ROOT / "nbgrader_config.py", dest)
     shutil.copytree(ROOT / "attncourse", dest / "attncourse",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "grader", dest / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for a in assignments:
         shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
                         ignore=shutil.ignore_patterns("grader-errors.log"))
@@ -333,3 +472,24 @@ def environment(root: Path) -> dict:
     env.pop("GRADER_REFERENCE", None)
     return env
 
+
+
+def copy_course(dest: Path, assignments) -> None:
+    """A course copy without submissions: the config, both packages and the
+    sources of ``assignments``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "nbgrader_config.py", dest)
+    for package in ("attncourse", "grader"):
+        shutil.copytree(ROOT / package, dest / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for a in assignments:
+        shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
+                        ignore=shutil.ignore_patterns("grader-errors.log"))
+
+
+def read_report(root: Path) -> dict:
+    """student -> row of the grading report a batch run wrote."""
+    import json
+
+    data = json.loads((root / "grading-report.json").read_text())
+    return {r["student"]: r for r in data["rows"]}
