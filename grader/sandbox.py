@@ -10,15 +10,18 @@ so the student's code runs
 
 * without network: a new, empty network namespace (``--unshare-net``). The
   kernel talks to the grader over ZMQ *IPC* sockets (``transport = "ipc"``):
-  Unix sockets in a per-kernel folder that is bind-mounted into the sandbox,
-  which work across network namespaces (TCP on 127.0.0.1 would not: the
-  sandbox has its own loopback);
+  Unix sockets, which work across network namespaces (TCP on 127.0.0.1 would
+  not: the sandbox has its own loopback). The kernel binds them in a small
+  tmpfs of the sandbox (``/run/attn-<random>``, ``Limits.sockets`` bytes) and
+  the grader connects through ``/proc/<sandbox init>/root/...``, so no folder
+  of the host is writable from the sandbox (with bubblewrap as root or as a
+  normal user alike);
 * on a read-only file system that holds only the operating system, the Python
   installation and the ``attncourse`` package. The course folder -- the
   reference data, the hidden tests, ``gradebook.db``, ``submitted/``,
-  ``autograded/``, other students' work -- is simply not there. Writable: a
-  small tmpfs for ``$HOME``, ``/tmp`` and ``/dev/shm``, and the socket folder
-  (watched by the grader, see ``grader.guard``);
+  ``autograded/``, other students' work -- is simply not there. Writable:
+  only size-limited tmpfs'es, for ``$HOME``, ``/tmp``, ``/dev/shm`` and the
+  sockets; the connection file is mounted read-only;
 * in its own PID, IPC and UTS namespaces (``--die-with-parent``: killing the
   sandbox kills every process in it), in a new session (no controlling
   terminal), with a cleared environment (no tokens of the grader's);
@@ -30,6 +33,13 @@ so the student's code runs
 * under rlimits set by the bootstrap: address space (memory), number of
   processes and threads, CPU seconds, file size, open files, no core dumps.
   (RLIMIT_NPROC does not apply to uid 0, which is one reason for the uid drop.)
+* under a watchdog (``Watchdog``, a thread of the grader, every 0.25 s): the
+  memory of all the sandbox's processes together (``Limits.total_memory``;
+  rlimits bound each process only) and the files in its tmpfs'es (a socket
+  folder that holds more than sockets, or a flood of empty files). Over a
+  limit it kills the sandbox and says why (``SandboxedKernelManager.killed``:
+  flag ``memory`` or ``disk``). No cgroup: systemd is not there to delegate
+  one, and containers (CI) mount /sys/fs/cgroup read-only.
 
 Without bubblewrap the grader refuses to grade unless told ``--no-sandbox``
 (``SandboxedKernelManager.sandbox = False``): then the kernel runs as the
@@ -40,17 +50,21 @@ Process helpers at the end (``/proc`` based) let the grader find the kernel
 process inside the sandbox, kill stray processes and count threads.
 """
 
+import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Bool, Dict, Integer, List, Unicode
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, observe
 
 import attncourse
 
@@ -88,14 +102,17 @@ main()
 
 @dataclass
 class Limits:
-    """Resource limits of one student kernel (per process, set as rlimits)."""
+    """Resource limits of one student kernel: rlimits (per process), tmpfs sizes,
+    and what the watchdog allows the whole sandbox."""
 
     memory: int = 4 * GiB       # RLIMIT_AS: address space (TF + torch need ~2 GiB)
+    total_memory: int = 4 * GiB  # all the sandbox's processes together (watchdog)
     processes: int = 256        # RLIMIT_NPROC: processes *and threads* of the user
     cpu_seconds: int = 3600     # RLIMIT_CPU: a backstop behind the wall-clock limits
     file_size: int = 64 * MiB   # RLIMIT_FSIZE: largest file the kernel may write
     open_files: int = 1024      # RLIMIT_NOFILE
     tmpfs: int = 64 * MiB       # size of each tmpfs ($HOME, /tmp, /dev/shm)
+    sockets: int = 1 * MiB      # size of the socket folder's tmpfs
 
     def rlimits(self) -> dict:
         return {"RLIMIT_AS": self.memory, "RLIMIT_NPROC": self.processes,
@@ -193,9 +210,21 @@ def sandbox_env(home: str = HOME_IN_SANDBOX, base=None) -> dict:
     return env
 
 
+def socket_folder() -> str:
+    """A fresh path for a sandbox's socket tmpfs (random: a kernel's sockets are
+    reached through its sandbox's /proc root, and a reused pid must not lead
+    to another sandbox's sockets or to a host path that exists)."""
+    return f"/run/attn-{secrets.token_hex(8)}"
+
+
 def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limits,
-            extra_ro=()) -> list[str]:
-    """The bwrap command line that runs ``inner`` in the sandbox."""
+            extra_ro=(), sockets: str | None = None) -> list[str]:
+    """The bwrap command line that runs ``inner`` in the sandbox.
+
+    ``rundir`` (the connection file) is mounted read-only; ``sockets`` (a path
+    in the sandbox, see ``socket_folder``) becomes a tmpfs of
+    ``limits.sockets`` bytes where the kernel binds its sockets."""
+    sockets = sockets or socket_folder()
     exe = bwrap()
     if exe is None:
         raise RuntimeError(MISSING)
@@ -210,7 +239,7 @@ def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limi
             "--size", size, "--tmpfs", "/home"]
     paths = read_only_paths(extra_ro)
     made = {Path("/"), Path("/tmp"), Path("/home"), Path("/dev"), Path("/proc")}
-    for path in [*paths, rundir]:
+    for path in [*paths, rundir, Path(sockets)]:
         # bubblewrap would create missing parents with the host's modes (e.g.
         # /root 0700, unreadable after the uid drop): create them 0755 first
         for parent in reversed(Path(path).parents):
@@ -223,7 +252,9 @@ def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limi
     if inputs is not None:
         cmd += ["--perms", "0755", "--dir", str(Path(INPUTS_IN_SANDBOX).parent),
                 "--ro-bind", str(inputs), INPUTS_IN_SANDBOX]
-    cmd += ["--bind", str(rundir), str(rundir), "--chdir", HOME_IN_SANDBOX]
+    cmd += ["--ro-bind", str(rundir), str(rundir),
+            "--size", str(limits.sockets), "--perms", "0777", "--tmpfs", sockets,
+            "--chdir", HOME_IN_SANDBOX]
     return [*cmd, "--", *inner]
 
 
@@ -290,9 +321,13 @@ def _bootstrap_config(limits: Limits, sandboxed: bool = True, uid=None) -> dict:
 class SandboxedKernelManager(AsyncKernelManager):
     """A KernelManager that runs the kernel in bubblewrap (see the module doc).
 
-    ``rundir`` (a private, empty folder) holds the connection file and the IPC
-    sockets; ``inputs`` (an .npz of inputs only) appears read-only in the
-    sandbox at ``/grading/inputs.npz``.
+    ``rundir`` (a private, empty folder) holds the connection file (read-only
+    in the sandbox); the IPC sockets are in the sandbox's socket tmpfs (the
+    kernel's ``ip`` is a path there; the grader's, after the launch, the same
+    path under ``/proc/<sandbox init>/root``). ``inputs`` (an .npz of inputs
+    only) appears read-only in the sandbox at ``/grading/inputs.npz``. A
+    ``Watchdog`` thread watches the sandbox while it runs; ``killed`` is
+    ``(flag, reason)`` once it killed it.
     """
 
     sandbox = Bool(True, help="Run the kernel in bubblewrap (False: UNSAFE, "
@@ -305,6 +340,14 @@ class SandboxedKernelManager(AsyncKernelManager):
                         ).tag(config=True)
     file_size_limit = Integer(Limits.file_size).tag(config=True)
     tmpfs_size = Integer(Limits.tmpfs).tag(config=True)
+    total_memory_limit = Integer(
+        Limits.total_memory, help="memory of all the kernel's processes together "
+        "(resident, shared pages split between their sharers), bytes; above it the "
+        "grader kills the kernel (0: no such limit)").tag(config=True)
+    socket_tmpfs_size = Integer(Limits.sockets, help="size of the tmpfs that holds "
+                                "the kernel's sockets, bytes").tag(config=True)
+    watch_interval = Float(0.25, help="seconds between two looks of the watchdog "
+                           "at the sandbox's memory and files").tag(config=True)
     extra_read_only = List(Unicode(), help="more host paths to mount read-only"
                            ).tag(config=True)
     extra_env = Dict(help="more environment variables for the kernel"
@@ -321,14 +364,27 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.inputs = Path(inputs) if inputs else None
         self.uid = self.sandbox_uid if self.sandbox_uid >= 0 else fresh_uid()
         self.transport = "ipc"
-        self.ip = str(self.rundir / "k")
+        self.sockets = socket_folder()
+        self.ip = f"{self.sockets}/k" if self.sandbox else str(self.rundir / "k")
         self.connection_file = str(self.rundir / "kernel.json")
+        self.watchdog: Watchdog | None = None
+        self.owner = self.rundir.name  # who is graded (for the log)
+
+    @observe("sandbox")
+    def _sandbox_changed(self, change):
+        self.ip = f"{self.sockets}/k" if change["new"] else str(self.rundir / "k")
 
     @property
     def limits(self) -> Limits:
         return Limits(memory=self.memory_limit, processes=self.process_limit,
                       cpu_seconds=self.cpu_limit, file_size=self.file_size_limit,
-                      tmpfs=self.tmpfs_size)
+                      tmpfs=self.tmpfs_size, total_memory=self.total_memory_limit,
+                      sockets=self.socket_tmpfs_size)
+
+    @property
+    def killed(self) -> tuple[str, str] | None:
+        """``(flag, reason)`` if the watchdog killed the sandbox, else None."""
+        return self.watchdog.killed if self.watchdog is not None else None
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         inner = [sys.executable, "-P", "-c", BOOTSTRAP,
@@ -337,7 +393,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not self.sandbox:
             return inner
         return command(inner, rundir=self.rundir, inputs=self.inputs,
-                       limits=self.limits, extra_ro=self.extra_read_only)
+                       limits=self.limits, extra_ro=self.extra_read_only,
+                       sockets=self.sockets)
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         kw["stdin"] = kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
@@ -358,8 +415,41 @@ class SandboxedKernelManager(AsyncKernelManager):
             for path in [self.rundir, *self.rundir.iterdir()]:
                 os.chown(path, self.uid, self.uid)
         await super()._async_launch_kernel(kernel_cmd, **kw)
+        init = None
+        if self.sandbox:
+            init = await self._sandbox_ready()
+            if init is not None:  # the grader's way to the sandbox's sockets
+                self.ip = f"/proc/{init}/root{self.sockets}/k"
+        top = self.top_pid()
+        if top is not None:
+            self.watchdog = Watchdog(self, top, init)
+            self.watchdog.start()
+
+    async def _sandbox_ready(self, timeout: float = 30) -> int | None:
+        """The pid of bubblewrap's init in the sandbox once the sandbox is set up
+        (its mounts are in place when init has started the kernel), or None."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.top_pid() is not None:
+            tree = process_tree()
+            for init in tree.get(self.top_pid(), ())[:1]:
+                if tree.get(init):
+                    return init
+            await asyncio.sleep(0.01)
+        return None
+
+    def cleanup_ipc_files(self) -> None:
+        if not self.sandbox:  # sandboxed: they vanish with the sandbox's tmpfs
+            super().cleanup_ipc_files()
+
+    def stop_watchdog(self) -> None:
+        dog = self.watchdog
+        if dog is not None and not dog.reported:
+            dog.stop()
+            dog.reported = True
+            self.log.info("sandbox %s: %s", self.owner, dog.summary())
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        self.stop_watchdog()
         await super()._async_cleanup_resources(restart=restart)
         if self._own_rundir and not restart:
             shutil.rmtree(self.rundir, ignore_errors=True)
@@ -491,3 +581,165 @@ def threads(pid) -> int:
 
 def describe(limits: Limits) -> dict:
     return asdict(limits)
+
+
+# -- the watchdog ------------------------------------------------------------
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SOCKET_BYTES = 64 * 1024  # in the socket tmpfs: sockets take no space
+SOCKET_FILES = 64         # ... and a kernel binds five
+TMPFS_FILES = 20_000      # files in one tmpfs: empty files cost memory too
+TMPFS_IN_SANDBOX = ("/tmp", "/dev/shm", "/home")
+
+
+def rss(pid) -> int:
+    """Resident bytes of one process (0 if it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def pss(pid) -> int:
+    """Proportional set size: resident bytes, each shared page divided between
+    the processes that share it (its resident size where that is unreadable)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss(pid)
+
+
+def memory_use(pids, limit: int = 0) -> int:
+    """Bytes of memory the processes ``pids`` hold together.
+
+    The sum of their resident sizes, which counts a page that forked processes
+    share once per process; where that sum is above ``limit`` (always with
+    ``limit`` 0), the sum of their proportional set sizes, which counts every
+    page once (slower: the kernel walks the page tables). Memory that no
+    process maps (the tmpfs'es, bounded by their sizes) is not counted."""
+    total = sum(rss(p) for p in pids)
+    if limit and total <= limit:
+        return total
+    return sum(pss(p) for p in pids)
+
+
+def folder_use(path) -> tuple[int, int] | None:
+    """(bytes, files) used in the file system of ``path`` (a tmpfs), or None."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
+
+
+def over_disk_limits(root: str, sockets: str) -> str | None:
+    """Why the sandbox whose root is ``root`` (``/proc/<init>/root``) is over
+    its file limits, or None. The socket tmpfs should hold only sockets; every
+    tmpfs is size-limited, but not in its number of (empty) files."""
+    use = folder_use(root + sockets)
+    if use is not None and (use[0] > SOCKET_BYTES or use[1] > SOCKET_FILES):
+        return (f"the kernel wrote {use[0] >> 10} KiB in {use[1]} files to its "
+                f"socket folder (only sockets belong there) and was killed")
+    for path in TMPFS_IN_SANDBOX:
+        use = folder_use(root + path)
+        if use is not None and use[1] > TMPFS_FILES:
+            return (f"the kernel created {use[1]} files in {path} (limit "
+                    f"{TMPFS_FILES}) and was killed")
+    return None
+
+
+class Watchdog(threading.Thread):
+    """Looks at a running sandbox every ``km.watch_interval`` seconds: the
+    memory of all its processes (``memory_use``, above
+    ``km.total_memory_limit``: flag ``memory``) and its tmpfs'es
+    (``over_disk_limits``: flag ``disk``). Over a limit it kills the sandbox
+    (SIGKILL to bubblewrap's init: the kernel dies with its PID namespace)
+    and keeps ``killed = (flag, reason)``. Records the peaks it saw."""
+
+    def __init__(self, km, top: int, init: int | None):
+        super().__init__(daemon=True, name=f"watchdog-{top}")
+        self.top, self.init = top, init
+        self.limit = km.total_memory_limit
+        self.interval = max(0.01, km.watch_interval)
+        self.sockets = km.sockets if init is not None else None
+        self.killed: tuple[str, str] | None = None
+        self.reported = False  # its summary was logged
+        self.peak_memory = self.peak_processes = 0
+        self.peak_sockets = (0, 0)
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(5)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            began = time.monotonic()
+            try:
+                found = self.look()
+            except Exception:  # noqa: BLE001  (a watchdog must not die)
+                found = None
+            if found:
+                self.killed = found
+                self.kill()
+                return
+            spent = time.monotonic() - began  # never more than a third of a core
+            self._stop_event.wait(max(self.interval, 2 * spent))
+
+    def pids(self) -> list[int]:
+        if not running(self.top):
+            return []
+        return [self.top, *descendants(process_tree(), self.top)]
+
+    def look(self) -> tuple[str, str] | None:
+        pids = self.pids()
+        if not pids:
+            self._stop_event.set()
+            return None
+        used = memory_use(pids, self.limit)
+        if used > self.peak_memory:
+            self.peak_memory, self.peak_processes = used, len(pids)
+        if self.limit and used > self.limit:
+            return "memory", (
+                f"the kernel's {len(pids)} processes used {used / GiB:.1f} GiB of "
+                f"memory together (limit {self.limit / GiB:g} GiB) and were killed")
+        if self.sockets is None:
+            return None
+        root = f"/proc/{self.init}/root"
+        use = folder_use(root + self.sockets)
+        if use is not None:
+            self.peak_sockets = max(self.peak_sockets, use)
+        reason = over_disk_limits(root, self.sockets)
+        return ("disk", reason) if reason else None
+
+    def kill(self) -> None:
+        """SIGKILL to bubblewrap's init (its PID namespace dies with it), to
+        every process left under the top process (all of them, unsandboxed:
+        children first, before they are orphaned), then to the top one."""
+        def kill(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        if self.init is not None:
+            kill(self.init)
+        for _ in range(50):  # forks may still be under way: repeat
+            alive = [p for p in descendants(process_tree(), self.top) if running(p)]
+            if not alive:
+                break
+            for pid in alive:
+                kill(pid)
+            time.sleep(0.01)
+        kill(self.top)
+
+    def summary(self) -> str:
+        text = (f"peak memory {self.peak_memory / MiB:.0f} MiB in "
+                f"{self.peak_processes} processes (limit {self.limit / MiB:.0f} MiB)")
+        if self.sockets is not None:
+            text += (f", socket folder {self.peak_sockets[0] >> 10} KiB in "
+                     f"{self.peak_sockets[1]} files")
+        return text + (f"; killed: {self.killed[1]}" if self.killed else "")
