@@ -13,11 +13,13 @@ the grader.
 The seed is an HMAC of the assignment and student id with a course secret
 (``<state dir>/secret``, created on first use, mode 0600, never mounted in the
 sandbox), so regrading gives the same inputs -- and the same verdicts and
-messages -- while students cannot predict them.
+messages -- while students cannot predict them. ``sign`` uses the same secret
+for the staging manifest (``grader.staging``, ``grader.entry``).
 """
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 from pathlib import Path
@@ -37,6 +39,13 @@ def secret(state_dir) -> bytes:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
     return path.read_text().strip().encode()
+
+
+def sign(state_dir, purpose: str, *fields: str) -> str:
+    """An HMAC (hex) of ``fields`` with the course secret, for ``purpose`` (a
+    domain of its own, so no signature stands in for another or for a seed)."""
+    message = json.dumps([purpose, *fields]).encode()
+    return hmac.new(secret(state_dir), message, hashlib.sha256).hexdigest()
 
 
 def seed_for(key: bytes, assignment: str, student: str) -> int:
@@ -69,8 +78,6 @@ def inputs_only(arrays: dict) -> dict:
     """What the kernel may see: the inputs and the assignment id, no outputs,
     no seed."""
     meta = reference.ReferenceData(arrays).meta
-    import json
-
     import numpy as np
 
     kept = {k: v for k, v in arrays.items() if "/in/" in k}

@@ -200,10 +200,14 @@ def test_without_ignore_pattern_the_warnings_would_cost_points(graded):
     root = graded["roots"][-1]
     assignment = next(iter(WARNING_EDITS))
     assert (root / "solutions" / assignment).exists()
+    # plain autograde accepts only this run's staged copies (grader.entry)
+    state = root / ".grading"
+    run = json.loads((state / "staged-manifest.json").read_text())["run"]
     subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment,
-                    "--student=warning", "--force", "--IgnorePattern.enabled=False"],
-                   cwd=root, env=environment(root), check=True,
-                   capture_output=True, timeout=600)
+                    "--student=warning", "--force", "--IgnorePattern.enabled=False",
+                    f"--CourseDirectory.submitted_directory={state / 'staged'}"],
+                   cwd=root, env={**environment(root), "GRADER_STAGING_RUN": run},
+                   check=True, capture_output=True, timeout=600)
     scores = read_scores(root)[assignment, "warning"]
     # PyTorch's UserWarning goes to stderr in the visible and two hidden cells
     assert scores["torch-visible"] == 0 and scores["torch-hidden-attention"] == 0
