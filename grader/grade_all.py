@@ -1,7 +1,7 @@
 """Grade every submission: sandboxed autograde, feedback, grades, report.
 
     python -m grader grade [--force] [--no-sandbox] [--workers N]
-        [--cell-timeout S] [--notebook-timeout S] [--memory GIB]
+        [--cell-timeout S] [--notebook-timeout S] [--memory GIB] [--total-memory GIB]
         [--students A,B] [--report PATH] [ASSIGNMENT ...]
 
 Put submissions in ``submitted/<student>/<assignment>/<assignment>.ipynb`` (or
@@ -31,14 +31,22 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 5. gives every submission that could not be graded a gradebook row with 0
    points (nbgrader's gradebook API, ``auto_score``);
 6. ``nbgrader generate_feedback "*"`` -- then checks that the feedback holds
-   no hidden data, hidden-test text or reference numbers (fails otherwise);
+   no hidden data, hidden-test text or reference numbers (``grader.leaks``;
+   what a student wrote themselves does not count): a page that does is
+   moved to ``<state>/quarantine/`` (never released) and its submission
+   flagged ``leak``; the others stay in ``feedback/``;
 7. ``nbgrader export --to grades.csv`` -- one row per student and assignment;
 8. prints a table -- score per part, flags such as timeout / crashed /
    tampered / missing -- and writes it to ``grading-report.json`` and
    ``grading-report.md`` (``--report``), with the seconds each step took and,
    per submission, the kernel's start, cell and check times.
 
-Release feedback to students only after this command succeeds.
+Exit status: 0 when everyone was graded and written up (feedback flagged
+``leak`` was withheld: the rest of ``feedback/`` may be released); 1 when the
+release or ``feedback/`` as a whole leaks (grades.csv and the report are still
+written; release nothing); 2 when nothing was graded (no sandbox, another run).
+Only staged copies are autograded: the staging run's id goes to the nbgrader
+processes in ``GRADER_STAGING_RUN`` (``grader.entry``).
 """
 
 import argparse
@@ -87,6 +95,8 @@ def course_config(root: Path) -> dict:
         "cell_timeout": get("Execute", "timeout", 120),
         "notebook_timeout": get("GuardedExecute", "notebook_timeout", 900),
         "memory": get("SandboxedKernelManager", "memory_limit", sandbox.Limits.memory),
+        "total_memory": get("SandboxedKernelManager", "total_memory_limit",
+                            sandbox.Limits.total_memory),
         "processes": get("SandboxedKernelManager", "process_limit",
                          sandbox.Limits.processes),
     }
@@ -98,13 +108,43 @@ def feedback_note(root: Path, student: str, assignment: str, notes) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes) or "<li>-</li>"
-    secret = root / "submitted" / student / assignment / staging.SECRET
-    if secret.is_file():  # lets nbgrader release_feedback return this page
-        shutil.copy(secret, folder / staging.SECRET)
+    try:  # lets nbgrader release_feedback return this page; never a link
+        secret = staging.read_file(root / "submitted",
+                                   (student, assignment, staging.SECRET))
+        (folder / staging.SECRET).write_bytes(secret)
+    except OSError:
+        pass
     (folder / f"{assignment}.html").write_text(
         f"<!DOCTYPE html><html><body><h1>{html.escape(assignment)}</h1>"
         f"<p>Your submission could not be graded (0 points):</p><ul>{items}</ul>"
         f"</body></html>\n")
+
+
+def withhold_leaks(root: Path, state: Path, finish: dict) -> list[str]:
+    """Scan the release and the feedback; move every feedback folder that
+    leaks to ``<state>/quarantine/`` (flag ``leak`` on this run's submissions);
+    return the problems no single submission's feedback explains (release,
+    feedback/ itself): those fail the run."""
+    problems = [f"release: {p}" for p in leaks.scan_release(root)]
+    for key, found in sorted(leaks.feedback_leaks(root).items(), key=str):
+        if key is None:
+            problems += found
+            continue
+        student, assignment = key
+        moved = leaks.quarantine(root, state / "quarantine", student, assignment)
+        where = moved.relative_to(root) if moved and moved.is_relative_to(root) \
+            else moved
+        for p in found:
+            print(f"LEAK ({student}/{assignment}): {p}", flush=True)
+        ev = finish.get((assignment, student))
+        if ev is not None:
+            for p in found:
+                ev.flag("leak", f"feedback withheld (moved to {where}): "
+                        f"{p.split(': ', 1)[-1]}")
+            ev.save()
+        print(f"  -> feedback of {student}/{assignment} withheld: moved to {where}",
+              flush=True)
+    return problems
 
 
 def main(argv=None) -> int:
@@ -124,6 +164,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=int, help="seconds per cell")
     parser.add_argument("--notebook-timeout", type=int, help="seconds per notebook")
     parser.add_argument("--memory", type=float, help="GiB of address space per process")
+    parser.add_argument("--total-memory", type=float,
+                        help="GiB of memory for all of a kernel's processes together "
+                             "(default 4; 0: no such limit)")
     parser.add_argument("--processes", type=int,
                         help="processes + threads per kernel")
     parser.add_argument("--workers", type=int, default=1,
@@ -164,6 +207,12 @@ def main(argv=None) -> int:
     if args.memory:
         settings["memory"] = int(args.memory * sandbox.GiB)
         overrides.append(f"--SandboxedKernelManager.memory_limit={settings['memory']}")
+    if args.total_memory is not None:
+        if args.total_memory < 0:
+            parser.error(f"--total-memory must be 0 or more, got {args.total_memory}")
+        settings["total_memory"] = int(args.total_memory * sandbox.GiB)
+        overrides.append("--SandboxedKernelManager.total_memory_limit="
+                         f"{settings['total_memory']}")
     if args.processes:
         settings["processes"] = args.processes
         overrides.append(f"--SandboxedKernelManager.process_limit={args.processes}")
@@ -206,6 +255,8 @@ def main(argv=None) -> int:
     students = set(args.students.split(",")) if args.students else None
     with step("stage"):
         staged = staging.stage(root, state, todo, students)
+    # autograde accepts only this run's staged copies (grader.entry)
+    os.environ[staging.RUN_ENV] = staged[0].run if staged else ""
     ungradable = [s for s in staged if s.notebook is None]
     for s in ungradable:
         events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
@@ -223,8 +274,10 @@ def main(argv=None) -> int:
                          f"--CourseDirectory.submitted_directory={staged_dir}",
                          *force, *overrides, check=False)
 
+    finish = {}
     for s in staged:
-        ev = events.Events(state, s.assignment, s.student, "finish")
+        ev = finish[s.assignment, s.student] = events.Events(
+            state, s.assignment, s.student, "finish")
         if s.notebook is not None and not report.graded(db, course, s.assignment,
                                                         s.student):
             ev.flag("grader-error", "nbgrader could not grade this submission "
@@ -241,12 +294,9 @@ def main(argv=None) -> int:
         for assignment in batch:
             nbgrader(root, "generate_feedback", assignment, *force)
     with step("leak scan"):
-        problems = leaks.scan_release(root) + leaks.scan_feedback(root)
+        problems = withhold_leaks(root, state, finish)
     for p in problems:
         print("LEAK:", p)
-    if problems:
-        print("do NOT release this feedback")
-        return 1
     with step("export"):
         nbgrader(root, "export", "--to", args.to)
     print(f"grades written to {root / args.to}")
@@ -254,6 +304,7 @@ def main(argv=None) -> int:
     limits = {"cell": f"{settings['cell_timeout']} s",
               "notebook": f"{settings['notebook_timeout']} s",
               "memory": f"{settings['memory'] / sandbox.GiB:g} GiB",
+              "total memory": f"{settings['total_memory'] / sandbox.GiB:g} GiB",
               "processes": settings["processes"]}
     result = report.build(db, course, state,
                           [(s.assignment, s.student) for s in staged],
@@ -264,6 +315,15 @@ def main(argv=None) -> int:
     print()
     print(report.table(result))
     print(f"\nreport written to {json_path} and {md_path}")
+    withheld = [r for r in result["rows"] if "leak" in r["flags"]]
+    if withheld:
+        print(f"feedback withheld (flag 'leak', see the report): "
+              f"{', '.join(r['student'] + '/' + r['assignment'] for r in withheld)}"
+              f"; the rest of feedback/ may be released")
+    if problems:
+        print(f"{BANNER}\nLEAKS outside any one student's feedback (above): do NOT "
+              f"release exercises/ or feedback/ until they are fixed.\n{BANNER}")
+        return 1
     return 0
 
 
