@@ -11,7 +11,8 @@ Autograde runs every student kernel in a bubblewrap sandbox and judges the
 hidden tests outside it (solutions/GRADING_SECURITY.md): the autograde
 pipeline below replaces nbgrader's Execute with GuardedExecute (sandboxed
 kernel, time/memory/process limits, crash recovery) and adds JudgeHiddenTests
-(verdicts in this process) before SaveAutoGrades.
+(verdicts in this process) and SanitizeStudentContent (no student HTML or
+script reaches the formgrader or the feedback) before SaveAutoGrades.
 """
 
 import os
@@ -52,6 +53,7 @@ import attncourse._quiet  # noqa: E402,F401
 from grader.guard import GuardedExecute  # noqa: E402
 from grader.hooks import strip_hidden  # noqa: E402
 from grader.noise import STDERR_NOISE  # noqa: E402
+from grader.sanitize import SanitizeStudentContent, markdown_cell_html  # noqa: E402
 from grader.verdicts import JudgeHiddenTests  # noqa: E402
 
 # Grader-only state: the secret that seeds grading inputs, staged submissions,
@@ -80,7 +82,17 @@ c.GenerateFeedback.post_convert_hook = strip_hidden(ROOT / FEEDBACK)
 # Feedback shows the graded notebook; strip the hidden tests' source from it
 # (their failures print only a message, see grader.kernel.errors).
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests,
+                                    SanitizeStudentContent,
                                     CSSHTMLHeaderPreprocessor]
+
+# Nothing a student wrote or printed is active content in the feedback or the
+# formgrader (both render with an HTMLExporter configured here; see
+# grader.sanitize): the graded copy is sanitized (SanitizeStudentContent
+# below), nbconvert's sanitizer cleans HTML/markdown outputs and drops
+# JavaScript and widgets, and markdown cells -- which nbgrader's templates
+# render without it -- go through markdown_cell_html (their last filter).
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"strip_files_prefix": markdown_cell_html}
 
 # Any stderr output gives a test cell 0 points: drop framework log noise
 # (warnings, TF/absl/torch log lines) so only real errors count.
@@ -91,8 +103,10 @@ c.IgnorePattern.pattern = STDERR_NOISE
 # per-cell limit from Execute.timeout; memory/process limits and the sandbox
 # switch are SandboxedKernelManager traits (grade_all has flags for them).
 c.Autograde.autograde_preprocessors = [
-    GuardedExecute, IgnorePattern, JudgeHiddenTests, ClearMetadataPreprocessor,
-    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+    "grader.entry.RequireStaged",  # first: refuses what grading did not stage
+    GuardedExecute, IgnorePattern, JudgeHiddenTests, SanitizeStudentContent,
+    ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    CheckCellMetadata,
 ]
 c.GuardedExecute.state_dir = str(STATE)
 c.JudgeHiddenTests.state_dir = str(STATE)
@@ -107,7 +121,8 @@ c.Execute.startup_timeout = 120
 c.Execute.shutdown_kernel = "immediate"
 
 if "autograde" in sys.argv[1:3] and not os.environ.get("GRADER_GRADE_ALL"):
-    # plain `nbgrader autograde`: still sandboxed, but submissions are not staged
-    print("attncourse: prefer `python -m grader grade` -- it also "
-          "repairs or rejects broken submissions and writes the grading report",
-          file=sys.stderr)
+    # plain `nbgrader autograde` (and the formgrader's button) refuse every
+    # submission: RequireStaged lets through only this run's staged copies
+    print("attncourse: `nbgrader autograde` grades nothing here -- grade with "
+          "`python -m grader grade` (or `make grade`), which stages and checks "
+          "the submissions first (grader.entry)", file=sys.stderr)

@@ -14,8 +14,10 @@ printed at the end of ``grade_all``.
 """
 
 import datetime
+import html
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -100,18 +102,35 @@ def _num(x) -> str:
     return f"{x:g}"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+
+
+def plain(text) -> str:
+    """``text`` without control characters (no terminal escapes) on one line."""
+    return _CONTROL.sub("?", str(text)).replace("\n", " ").replace("\r", " ")
+
+
+def md(text) -> str:
+    """Student-controlled ``text`` (ids, notes) as literal markdown text, never
+    markup: HTML-escaped (no tag, no entity of its own, no autolink) and the
+    characters of links, images, code, emphasis and table cells
+    backslash-escaped. It never starts a line, so ``-``/``#`` stay plain."""
+    return _MD_PUNCT.sub(r"\\\1", html.escape(plain(text), quote=False))
+
+
 def table(report: dict) -> str:
     """A plain-text table: one line per student and assignment."""
     parts = sorted({p for r in report["rows"] for p in r["parts"]})
-    head = ["student", "assignment", *parts, "total", "flags"]
+    head = ["student", "assignment", *(plain(p) for p in parts), "total", "flags"]
     lines = []
     for r in report["rows"]:
-        cells = [r["student"], r["assignment"]]
+        cells = [plain(r["student"]), plain(r["assignment"])]
         for p in parts:
             s = r["parts"].get(p)
             cells.append(f"{_num(s['score'])}/{_num(s['max'])}" if s else "-")
         cells.append(f"{_num(r['score'])}/{_num(r['max'])}")
-        cells.append(", ".join(r["flags"]) or "-")
+        cells.append(", ".join(plain(f) for f in r["flags"]) or "-")
         lines.append(cells)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines, strict=True)]
     fmt = "  ".join(f"{{:{w}}}" for w in widths)
@@ -124,17 +143,19 @@ def markdown(report: dict) -> str:
     parts = sorted({p for r in report["rows"] for p in r["parts"]})
     sandbox = ("on (bubblewrap)" if report["sandbox"] else
                "**OFF (--no-sandbox): student code could read grader files**")
-    lines = [f"# Grading report ({report['course']})", "",
+    lines = [f"# Grading report ({md(report['course'])})", "",
              f"Generated {report['generated']}. Sandbox: {sandbox}. "
-             f"Limits: " + ", ".join(f"{k} {v}" for k, v in report["limits"].items()),
-             "", "| student | assignment | " + " | ".join(parts) + " | total | flags |",
+             f"Limits: " + ", ".join(f"{md(k)} {md(v)}"
+                                     for k, v in report["limits"].items()),
+             "", "| student | assignment | " + " | ".join(md(p) for p in parts)
+             + " | total | flags |",
              "| --- | --- | " + " | ".join("---" for _ in parts) + " | --- | --- |"]
     for r in report["rows"]:
         cells = [f"{_num(r['parts'][p]['score'])}/{_num(r['parts'][p]['max'])}"
                  if p in r["parts"] else "-" for p in parts]
-        lines.append(f"| {r['student']} | {r['assignment']} | " + " | ".join(cells)
-                     + f" | {_num(r['score'])}/{_num(r['max'])} | "
-                     + (", ".join(f"`{f}`" for f in r["flags"]) or "") + " |")
+        lines.append(f"| {md(r['student'])} | {md(r['assignment'])} | "
+                     + " | ".join(cells) + f" | {_num(r['score'])}/{_num(r['max'])} | "
+                     + (", ".join(md(f) for f in r["flags"]) or "") + " |")
     if report.get("steps"):
         lines += ["", f"Seconds per step ({report.get('workers', 1)} autograde "
                   f"worker(s)): " + ", ".join(f"{k} {v:g}" for k, v in
@@ -143,21 +164,29 @@ def markdown(report: dict) -> str:
     if flagged:
         lines += ["", "## What happened", ""]
         for r in flagged:
-            lines.append(f"### {r['student']} / {r['assignment']}")
-            lines += [f"- {n}" for n in r["notes"]] or ["- (no details)"]
+            lines.append(f"### {md(r['student'])} / {md(r['assignment'])}")
+            lines += [f"- {md(n)}" for n in r["notes"]] or ["- (no details)"]
             lines.append("")
     used = sorted({f for r in report["rows"] for f in r["flags"]})
     if used:
         lines += ["## Flags", ""]
-        lines += [f"- `{f}`: {report['flags'].get(f, '')}" for f in used]
+        lines += [f"- {md(f)}: {md(report['flags'].get(f, ''))}" for f in used]
     return "\n".join(lines) + "\n"
+
+
+def json_text(report: dict) -> str:
+    """JSON in which ``<``, ``>`` and ``&`` appear only as \\u escapes (the same
+    data; never markup, even pasted into an HTML page)."""
+    text = json.dumps(report, indent=1)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("&", "\\u0026"))
 
 
 def write(report: dict, path: Path) -> tuple[Path, Path]:
     """Write ``<path>.json`` and ``<path>.md``; return both paths."""
     path = Path(path)
     stem = path.with_suffix("") if path.suffix in (".json", ".md") else path
-    js, md = stem.with_suffix(".json"), stem.with_suffix(".md")
-    js.write_text(json.dumps(report, indent=1) + "\n")
-    md.write_text(markdown(report))
-    return js, md
+    js, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    js.write_text(json_text(report) + "\n")
+    md_path.write_text(markdown(report))
+    return js, md_path

@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 import pytest
 
 from support.book import ROOT
+from support.ci import on_ci, skip_or_fail, slowness
 
 ARTIFACTS = Path(os.environ.get("BROWSER_ARTIFACTS")
                  or ROOT / "_build" / "browser-artifacts")
@@ -66,10 +67,6 @@ INSTALL_HINT = (
 
 # --------------------------------------------------------------------------
 # availability
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
 def chromium_executable() -> str | None:
@@ -100,7 +97,7 @@ def skip_without_browser() -> list:
     """Marks for a test module: skip (before the book is built) when the browser
     is missing locally. In CI nothing is skipped: the ``browser`` fixture fails."""
     reason = missing_browser()
-    if reason is None or in_ci():
+    if reason is None or on_ci():
         return []
     return [pytest.mark.skip(reason=f"{reason} ({INSTALL_HINT})")]
 
@@ -111,9 +108,7 @@ def browser():
     one running instance per thread, so the fixture is not session-wide)."""
     reason = missing_browser()
     if reason is not None:
-        if in_ci():
-            pytest.fail(f"CI=true and {reason}; {INSTALL_HINT}", pytrace=False)
-        pytest.skip(f"{reason} ({INSTALL_HINT})")
+        skip_or_fail(f"{reason} ({INSTALL_HINT})")
     from playwright.sync_api import sync_playwright
 
     executable = chromium_executable()
@@ -280,7 +275,8 @@ def new_web(browser, request) -> Iterator[Callable[..., Web]]:
             device_scale_factor=1, color_scheme="light", reduced_motion="reduce",
             service_workers="block", **options,
         )
-        context.set_default_timeout(30_000)
+        # 30 s for each wait on an idle machine, longer on a loaded one.
+        context.set_default_timeout(30_000 * slowness())
         record(context, log)
         web = Web(context, context.new_page(), log, label)
         made.append(web)
@@ -392,6 +388,7 @@ def site_url(site) -> Iterator[str]:
 def wait_for_http(url: str, timeout: float, alive: Callable[[], bool] = lambda: True,
                   ) -> None:
     """Poll ``url`` until it answers (any HTTP status) or ``timeout`` passes."""
+    timeout *= slowness()  # a loaded machine starts servers more slowly
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
