@@ -7,6 +7,12 @@ signatures so the frameworks can be compared line by line:
 * ``attncourse.tf`` -- TensorFlow 2 / Keras 3;
 * ``attncourse.torch`` -- PyTorch.
 
+Only what a framework alone can do is missing from the others: training
+(tf, torch) and the builders of a framework's own layers (``to_keras_mha``,
+``to_torch_gru``, ...). ``tests/library/test_api_parity.py`` lists these.
+Every layer keeps its parameters in ``layer.params`` (name -> storage, (in,
+out) layout); ``get_params`` / ``set_params`` copy them as NumPy arrays.
+
 Conventions used everywhere (see ``attncourse.checks``):
 
 * batch first: ``queries`` (batch, num_queries, d_q), ``keys`` (batch, num_keys, d_k),

@@ -173,23 +173,31 @@ def set_threads(n, frameworks=("tf", "torch")):
     if blas is not None:
         blas[1](ctypes.c_int(n))
     if "torch" in frameworks:
-        import torch
-
-        torch.set_num_threads(n)
-        if torch.get_num_interop_threads() != n:
-            try:
-                torch.set_num_interop_threads(n)
-            except RuntimeError:  # only allowed before any inter-op work
-                pass
+        _set_torch_threads(n)
     if "tf" in frameworks:
-        import tensorflow as tf
-
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(n)
-            tf.config.threading.set_inter_op_parallelism_threads(n)
-        except RuntimeError:  # TF already initialised its runtime
-            pass
+        _set_tf_threads(n)
     return thread_settings()
+
+
+def _set_torch_threads(n):
+    import torch
+
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() != n:
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError:  # only allowed before any inter-op work
+            pass
+
+
+def _set_tf_threads(n):
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(n)
+    except RuntimeError:  # TF already initialised its runtime
+        pass
 
 
 def thread_settings():
@@ -233,52 +241,61 @@ def make_callables(q, impls=None):
         raise ValueError(f"unknown implementations {sorted(unknown)}; "
                          f"choose from {list(IMPLS)}")
     needed = {IMPLS[name][0] for name in impls}
-    n = q.shape[1]
     fns = {}
-    if "numpy" in needed:
-        import attncourse.numpy as anp
-
-        fns["numpy ours"] = lambda: anp.scaled_dot_product_attention(q, q, q)[0]
-    if "tf" in needed:
-        import keras
-        import tensorflow as tf
-
-        import attncourse.tf as atf
-
-        tq = tf.constant(q)                                   # (b*h, n, d)
-        tq4 = tf.constant(q.reshape(BATCH, HEADS, n, D_HEAD)  # keras: (b, n, h, d)
-                          .transpose(0, 2, 1, 3))
-
-        def ours_tf(x):
-            return atf.scaled_dot_product_attention(x, x, x)[0]
-
-        def keras_dpa(x):
-            return keras.ops.dot_product_attention(x, x, x)
-
-        ours_xla = tf.function(ours_tf, jit_compile=True, autograph=False)
-        keras_xla = tf.function(keras_dpa, jit_compile=True, autograph=False)
-        fns["tf ours"] = lambda: ours_tf(tq)
-        fns["tf ours XLA"] = lambda: ours_xla(tq)
-        fns["keras.ops.dpa"] = lambda: keras_dpa(tq4)
-        fns["keras.ops.dpa XLA"] = lambda: keras_xla(tq4)
-    if "torch" in needed:
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        import attncourse.torch as atorch
-
-        pq = torch.from_numpy(q)                              # (b*h, n, d)
-        pq4 = pq.reshape(BATCH, HEADS, n, D_HEAD)             # (b, h, n, d)
-
-        def sdpa_math():
-            with sdpa_kernel(SDPBackend.MATH):
-                return F.scaled_dot_product_attention(pq4, pq4, pq4)
-
-        fns["torch ours"] = lambda: atorch.scaled_dot_product_attention(pq, pq, pq)[0]
-        fns["torch SDPA math"] = sdpa_math
-        fns["torch SDPA"] = lambda: F.scaled_dot_product_attention(pq4, pq4, pq4)
+    for framework, make in (("numpy", _numpy_callables), ("tf", _tf_callables),
+                            ("torch", _torch_callables)):
+        if framework in needed:
+            fns.update(make(q))
     return {name: fns[name] for name in impls}
+
+
+def _numpy_callables(q):
+    import attncourse.numpy as anp
+
+    return {"numpy ours": lambda: anp.scaled_dot_product_attention(q, q, q)[0]}
+
+
+def _tf_callables(q):
+    import keras
+    import tensorflow as tf
+
+    import attncourse.tf as atf
+
+    n = q.shape[1]
+    tq = tf.constant(q)                                   # (b*h, n, d)
+    tq4 = tf.constant(q.reshape(BATCH, HEADS, n, D_HEAD)  # keras: (b, n, h, d)
+                      .transpose(0, 2, 1, 3))
+
+    def ours_tf(x):
+        return atf.scaled_dot_product_attention(x, x, x)[0]
+
+    def keras_dpa(x):
+        return keras.ops.dot_product_attention(x, x, x)
+
+    ours_xla = tf.function(ours_tf, jit_compile=True, autograph=False)
+    keras_xla = tf.function(keras_dpa, jit_compile=True, autograph=False)
+    return {"tf ours": lambda: ours_tf(tq), "tf ours XLA": lambda: ours_xla(tq),
+            "keras.ops.dpa": lambda: keras_dpa(tq4),
+            "keras.ops.dpa XLA": lambda: keras_xla(tq4)}
+
+
+def _torch_callables(q):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import attncourse.torch as atorch
+
+    pq = torch.from_numpy(q)                              # (b*h, n, d)
+    pq4 = pq.reshape(BATCH, HEADS, q.shape[1], D_HEAD)    # (b, h, n, d)
+
+    def sdpa_math():
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(pq4, pq4, pq4)
+
+    return {"torch ours": lambda: atorch.scaled_dot_product_attention(pq, pq, pq)[0],
+            "torch SDPA math": sdpa_math,
+            "torch SDPA": lambda: F.scaled_dot_product_attention(pq4, pq4, pq4)}
 
 
 def _as_reference_layout(name, out):
@@ -392,25 +409,35 @@ def measure(time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=()
                         "kind": IMPLS[name][1], "seq_len": n, "median_ms": None,
                         "min_ms": None, "times_ms": None, "peak_mib": None}
             for n in lengths for name in impls}
-    for n in sorted(time_lengths):
+    _time_all(rows, cases, sorted(time_lengths), repeats, log)
+    _measure_memory(rows, cases, sorted(memory_lengths), set(time_lengths), log)
+    return list(rows.values())
+
+
+def _time_all(rows, cases, lengths, repeats, log):
+    """Fill median_ms, min_ms and times_ms of ``rows`` at each length."""
+    for n in lengths:
         for name, times in time_calls(cases[n], repeats).items():
             rows[(name, n)].update(median_ms=statistics.median(times),
                                    min_ms=min(times), times_ms=times)
             log(f"n={n:5d} {name:18s} {statistics.median(times):9.2f} ms")
+
+
+def _measure_memory(rows, cases, lengths, timed, log):
+    """Fill peak_mib of ``rows`` at each length (warming up the untimed ones)."""
     # Objects alive now stay alive: freezing them makes each case's gc.collect()
     # cheap (a full collection with TF loaded takes most of a second).
     gc.collect()
     gc.freeze()
     try:
-        for n in sorted(memory_lengths):
+        for n in lengths:
             for name, fn in cases[n].items():
-                if n not in time_lengths:
+                if n not in timed:
                     fn()  # warm-up: set-up and XLA compilation are not the cost
                 rows[(name, n)]["peak_mib"] = peak_mib(fn)
                 log(f"n={n:5d} {name:18s} {rows[(name, n)]['peak_mib']:9.1f} MiB")
     finally:
         gc.unfreeze()
-    return list(rows.values())
 
 
 def ratios(results):
@@ -436,6 +463,17 @@ def _cells(values, fmt):
     return ["" if v is None else format(v, fmt) for v in values]
 
 
+_TABLE_NOTES = {
+    "median_ms": (f"Scaled dot-product attention on CPU, batch {BATCH}, {HEADS} "
+                  f"heads, d_head {D_HEAD}, float32, no mask. Median time in ms "
+                  "of one call; ratios are ours / built-in (> 1: the built-in "
+                  "is faster)."),
+    "peak_mib": ("Peak extra resident memory of one call in MiB (VmHWM - VmRSS);"
+                 " 'weights' is the size of one float32 (heads, n, n) weight "
+                 "matrix."),
+}
+
+
 def markdown(results, ratio_rows=None):
     """Markdown tables: median ms and time ratios; peak MiB and memory ratios."""
     ratio_rows = ratios(results) if ratio_rows is None else ratio_rows
@@ -446,29 +484,26 @@ def markdown(results, ratio_rows=None):
     lines = []
     for key, unit, fmt in (("median_ms", "time", ".2f"), ("peak_mib", "memory", ".1f")):
         lengths = sorted({n for (_, n), r in by.items() if r[key] is not None})
-        if not lengths:
-            continue
-        if key == "median_ms":
-            lines += [f"Scaled dot-product attention on CPU, batch {BATCH}, {HEADS} "
-                      f"heads, d_head {D_HEAD}, float32, no mask. Median time in ms "
-                      "of one call; ratios are ours / built-in (> 1: the built-in "
-                      "is faster).", ""]
-            head = ["n", *impls, *labels]
-        else:
-            lines += ["Peak extra resident memory of one call in MiB (VmHWM - VmRSS);"
-                      " 'weights' is the size of one float32 (heads, n, n) weight "
-                      "matrix.", ""]
-            head = ["n", "weights", *impls, *labels]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for n in lengths:
-            cells = [] if key == "median_ms" else [f"{weights_mib(n):.0f}"]
-            cells += _cells([by[(i, n)][key] if (i, n) in by else None
-                             for i in impls], fmt)
-            cells += _cells([rat[(k, n)][unit] if (k, n) in rat else None
-                             for k in labels], ".2f" if unit == "time" else ".1f")
-            lines.append(f"| {n} | " + " | ".join(cells) + " |")
-        lines.append("")
+        if lengths:
+            lines += [_TABLE_NOTES[key], "",
+                      *_table(by, rat, impls, labels, lengths, key, unit, fmt), ""]
     return "\n".join(lines)
+
+
+def _table(by, rat, impls, labels, lengths, key, unit, fmt):
+    """The lines of one markdown table: a row per length, a column per
+    implementation and per ratio (plus the weights' size for memory)."""
+    memory = key == "peak_mib"
+    head = ["n", *(["weights"] if memory else []), *impls, *labels]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n in lengths:
+        cells = [f"{weights_mib(n):.0f}"] if memory else []
+        cells += _cells([by[(i, n)][key] if (i, n) in by else None
+                         for i in impls], fmt)
+        cells += _cells([rat[(k, n)][unit] if (k, n) in rat else None
+                         for k in labels], ".1f" if memory else ".2f")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def environment(repeats=None, memory=False):

@@ -3,9 +3,16 @@
 Every check works on plain shapes (tuples of ints) and dtype names, so the three
 frameworks raise the *same* error with the *same* message for the same mistake.
 Messages name the argument, the shapes involved and, where it helps, the fix.
+
+The ``check_*`` functions test one thing each. The functions at the end
+(``attention_inputs``, ``multi_head_inputs``, ...) bundle them: every library
+function converts its arguments to its framework's tensors and then makes ONE
+such call, so its source starts with the maths.
 """
 
 from collections.abc import Sequence
+
+import numpy as np
 
 Shape = tuple[int, ...]
 
@@ -32,7 +39,7 @@ def check_rank(name: str, shape: Shape, rank: int, layout: str) -> None:
 def check_float(name: str, x) -> None:
     """Raise TypeError unless ``x`` holds floating-point numbers."""
     dt = dtype_name(x)
-    if not (dt.startswith("float") or dt.startswith("bfloat")):
+    if not dt.startswith(("float", "bfloat")):
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {dt}")
 
 
@@ -189,11 +196,11 @@ def check_features(name: str, shape: Shape, dim_name: str, dim: int) -> None:
 
 
 def check_weight_keys(expected: Sequence[str], got) -> None:
-    """A weight dict must have exactly the keys ``expected``."""
+    """A parameter dict must have exactly the keys ``expected``."""
     got = sorted(got)
     if got != sorted(expected):
         raise ValueError(
-            f"weights must have exactly the keys {sorted(expected)}, got {got}"
+            f"params must have exactly the keys {sorted(expected)}, got {got}"
         )
 
 
@@ -341,27 +348,33 @@ def check_positions(num_positions: int, max_len: int) -> None:
         )
 
 
-ATTENTIONS = ("style1", "style2", "bahdanau", "luong_dot", "luong_general")
+ATTENTIONS = ("scaled_dot", "bahdanau", "luong_dot", "luong_general", "location")
+SEED_NOTES_NAMES = {"style1": "scaled_dot", "style2": "location"}
 
 
 def check_attention(attention: str, max_src_len) -> None:
-    """A known decoder attention type; style2 needs max_src_len."""
+    """A known decoder attention type; "location" needs max_src_len."""
     if attention not in ATTENTIONS:
+        hint = ""
+        if attention in SEED_NOTES_NAMES:
+            hint = (f" (the seed notes' {attention} is "
+                    f"{SEED_NOTES_NAMES[attention]!r})")
         raise ValueError(
             f"unknown attention {attention!r}; choose one of {list(ATTENTIONS)}"
+            f"{hint}"
         )
-    if attention == "style2" and max_src_len is None:
+    if attention == "location" and max_src_len is None:
         raise ValueError(
-            "attention='style2' has one weight per source position up to a fixed "
-            "maximum, so it needs max_src_len (the longest source it will see); "
-            "got max_src_len=None"
+            "attention='location' has one weight per source position up to a "
+            "fixed maximum, so it needs max_src_len (the longest source it will "
+            "see); got max_src_len=None"
         )
     if max_src_len is not None:
         check_positive("max_src_len", max_src_len)
 
 
 def check_src_len(src_len: int, max_src_len) -> None:
-    """style2 cannot attend beyond the max_src_len positions it was built for."""
+    """Location attention cannot reach past the max_src_len positions it has."""
     if max_src_len is not None and src_len > max_src_len:
         raise ValueError(
             f"enc_outputs have {src_len} source positions, more than the "
@@ -372,7 +385,7 @@ def check_src_len(src_len: int, max_src_len) -> None:
 def check_tokens(name: str, x, layout: str, rank: int) -> None:
     """Token ids: an integer tensor with ``rank`` axes ``layout``."""
     dt = dtype_name(x)
-    if not (dt.startswith("int") or dt.startswith("uint")):
+    if not dt.startswith(("int", "uint")):
         raise TypeError(f"{name} must hold integer token ids, got dtype {dt}")
     check_rank(name, shape_of(x), rank, layout)
 
@@ -425,3 +438,221 @@ def check_shared_heads(mask4: Shape, api: str) -> None:
             f"{api} applies one mask to all heads, got a per-head mask "
             f"(batch, heads, n_q, n_k) = {mask4}"
         )
+
+
+# --- one validation call per library function --------------------------------
+# Each takes the arguments already converted to the framework's tensors (NumPy
+# arrays, TF tensors, torch tensors: anything with .shape and .dtype).
+
+
+def _shape(x) -> Shape:
+    return shape_of(x) if hasattr(x, "shape") else tuple(np.shape(x))
+
+
+def param(name: str, x, expected: Sequence[int | None]) -> None:
+    """A floating-point parameter of shape ``expected`` (None = any size)."""
+    check_float(name, x)
+    check_weight(name, shape_of(x), expected)
+
+
+def score_inputs(queries, keys, *, same_feature_size: bool = False) -> None:
+    """queries (batch, num_queries, d_q) and keys (batch, num_keys, d_k): floats
+    of one dtype and one batch size (and d_q == d_k if ``same_feature_size``)."""
+    check_float("queries", queries)
+    check_float("keys", keys)
+    check_same_dtype(queries=queries, keys=keys)
+    check_qkv(shape_of(queries), shape_of(keys),
+              same_feature_size=same_feature_size)
+
+
+def additive_score_inputs(queries, keys, W_q, W_k, w_v) -> None:
+    """score_inputs, then W_q (d_q, h), W_k (d_k, h), w_v (h,)."""
+    score_inputs(queries, keys)
+    param("W_q", W_q, (shape_of(queries)[-1], None))
+    h = shape_of(W_q)[-1]
+    param("W_k", W_k, (shape_of(keys)[-1], h))
+    param("w_v", w_v, (h,))
+
+
+def concat_score_inputs(queries, keys, w, b) -> None:
+    """score_inputs, then w (d_q + d_k,) and b a scalar (or None)."""
+    score_inputs(queries, keys)
+    param("w", w, (shape_of(queries)[-1] + shape_of(keys)[-1],))
+    if b is not None:
+        param("b", b, ())
+
+
+def bilinear_score_inputs(queries, keys, W) -> None:
+    """score_inputs, then W (d_q, d_k)."""
+    score_inputs(queries, keys)
+    param("W", W, (shape_of(queries)[-1], shape_of(keys)[-1]))
+
+
+def softmax_inputs(scores, mask) -> None:
+    """Float scores and an optional bool mask that broadcasts to them."""
+    check_float("scores", scores)
+    if mask is not None:
+        check_mask(shape_of(mask), dtype_name(mask), shape_of(scores))
+
+
+def sequence_mask_inputs(valid_lens, num_keys) -> None:
+    """valid_lens (batch,) or (batch, num_queries); num_keys an int >= 0."""
+    check_valid_lens_rank(shape_of(valid_lens))
+    check_count("num_keys", num_keys)
+
+
+def causal_mask_inputs(num_queries, num_keys) -> None:
+    """Both sizes are ints >= 0."""
+    check_count("num_queries", num_queries)
+    check_count("num_keys", num_keys)
+
+
+def soft_attention_inputs(scores, values) -> None:
+    """Float scores (batch, num_queries, num_keys) and values (batch, num_keys,
+    d_v) of one dtype."""
+    check_float("scores", scores)
+    check_float("values", values)
+    check_same_dtype(scores=scores, values=values)
+    check_scores_values(shape_of(scores), shape_of(values))
+
+
+def attention_inputs(queries, keys, values, mask=None, valid_lens=None, *,
+                     same_feature_size: bool = False) -> None:
+    """Float queries, keys, values of one dtype with pairing shapes; a bool mask
+    that broadcasts to the scores (batch, num_queries, num_keys); valid_lens
+    (batch,) or (batch, num_queries)."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        check_float(name, x)
+    check_same_dtype(queries=queries, keys=keys, values=values)
+    q, k = shape_of(queries), shape_of(keys)
+    check_qkv(q, k, shape_of(values), same_feature_size=same_feature_size)
+    if mask is not None:
+        check_mask(shape_of(mask), dtype_name(mask), (q[0], q[1], k[1]))
+    if valid_lens is not None:
+        check_valid_lens(shape_of(valid_lens), q[0], q[1])
+
+
+def hard_attention_inputs(weights, values, mode, generator, generator_type,
+                          generator_name) -> None:
+    """A known mode, a generator of the framework's type when sampling, and
+    weights (batch, num_queries, num_keys) that pair with the values."""
+    check_hard_mode(mode, generator is not None)
+    check_generator(generator, generator_type, generator_name)
+    check_float("weights", weights)
+    check_float("values", values)
+    check_same_dtype(weights=weights, values=values)
+    check_scores_values(shape_of(weights), shape_of(values))
+
+
+def multi_head_inputs(queries, keys, values, params, num_heads) -> None:
+    """Float queries, keys, values with pairing shapes, and MHA params that fit
+    them (see check_mha_params)."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        check_float(name, x)
+    shapes = (shape_of(queries), shape_of(keys), shape_of(values))
+    check_qkv(*shapes)
+    check_mha_params({k: _shape(v) for k, v in params.items()}, *shapes,
+                     num_heads)
+
+
+def split_heads_input(x, num_heads) -> None:
+    """x (batch, n, d_model) with d_model divisible by num_heads."""
+    check_rank("x", shape_of(x), 3, "(batch, n, d_model)")
+    check_heads(shape_of(x)[-1], num_heads)
+
+
+def sequence_input(name: str, x, dim_name: str, dim) -> None:
+    """A float layer input (batch, seq_len, dim); dim None = not known yet."""
+    check_float(name, x)
+    check_sequence(name, shape_of(x), dim_name, dim)
+
+
+def cross_attention_inputs(inputs, context, input_dim, context_dim) -> None:
+    """inputs (batch, len_a, input_dim) and context (batch, len_b, context_dim)
+    of one dtype and batch size."""
+    sequence_input("inputs", inputs, "input_dim", input_dim)
+    sequence_input("context", context, "context_dim", context_dim)
+    check_same_dtype(inputs=inputs, context=context)
+    check_same_batch("inputs", shape_of(inputs), "context", shape_of(context))
+
+
+def statistical_attention_inputs(a, b, input_dim, context_dim) -> None:
+    """a (batch, seq, input_dim) and b (batch, seq, context_dim) of one dtype,
+    batch size and length (their features are concatenated)."""
+    sequence_input("a", a, "input_dim", input_dim)
+    sequence_input("b", b, "context_dim", context_dim)
+    check_same_dtype(a=a, b=b)
+    check_same_length("a", shape_of(a), "b", shape_of(b))
+
+
+def attention_layer_sizes(d_k, d_v, input_dim, context_dim=None, *,
+                          input_dim_required: bool) -> None:
+    """Sizes of a single-head layer: ints >= 0; input_dim may be None (= taken
+    from the first call) only where the layer builds lazily (Keras)."""
+    check_count("d_k", d_k)
+    check_count("d_v", d_v)
+    if input_dim_required:
+        check_required_dim("input_dim", input_dim)
+    elif input_dim is not None:
+        check_count("input_dim", input_dim)
+    if context_dim is not None:
+        check_count("context_dim", context_dim)
+
+
+def multi_head_sizes(num_heads, d_model, input_dims, *,
+                     input_dims_required: bool):
+    """d_model >= 1 split evenly into num_heads heads; input_dims = (d_q_in,
+    d_k_in, d_v_in), or None where the layer builds lazily. Returns the
+    input_dims as a tuple of ints (or None)."""
+    check_positive("d_model", d_model)
+    check_heads(d_model, num_heads)
+    if input_dims is None and not input_dims_required:
+        return None
+    return check_input_dims(input_dims)
+
+
+COURSE_LAYERS = ("SelfAttention, SelfAttentionDense, CrossAttention, "
+                 "StatisticalAttention, MultiHeadAttention, GRU, Encoder and Decoder")
+
+
+def course_params(layer) -> dict:
+    """``layer.params`` (name -> storage, (in, out) layout) of one of the
+    course's layers; TypeError for anything else."""
+    params = getattr(layer, "params", None)
+    if not hasattr(params, "items"):
+        raise TypeError(
+            f"get_params and set_params work on the course's layers "
+            f"({COURSE_LAYERS}), got {type(layer).__name__}"
+        )
+    return dict(params.items())
+
+
+def param_dict(expected: dict, params: dict) -> None:
+    """``params`` has exactly the names of ``expected`` (name -> shape), each
+    a floating-point array of that shape."""
+    check_weight_keys(list(expected), params)
+    for name, shape in expected.items():
+        param(name, params[name], shape)
+
+
+def positional_input(x, d_model, max_len) -> None:
+    """x (batch, n, d_model) with n <= max_len."""
+    shape = shape_of(x)
+    check_sequence("inputs", shape, "d_model", d_model)
+    check_positions(shape[1], max_len)
+
+
+def decoder_step_inputs(tokens, state, enc_outputs, src_mask, *, hidden_dim,
+                        attention, max_src_len) -> None:
+    """One decoder step's inputs: tokens (batch,) int, state (batch, hidden),
+    enc_outputs (batch, src_len, hidden), src_mask bool (batch, src_len)."""
+    check_tokens("tokens", tokens, "(batch,)", 1)
+    enc_shape = shape_of(enc_outputs)
+    check_sequence("enc_outputs", enc_shape, "hidden_dim", hidden_dim)
+    batch, src_len = enc_shape[:2]
+    check_shape("state", shape_of(state), (batch, hidden_dim), "(batch, hidden_dim)")
+    check_shape("tokens", shape_of(tokens), (batch,), "(batch,)")
+    if attention == "location":
+        check_src_len(src_len, max_src_len)
+    if src_mask is not None:
+        check_src_mask(src_mask, enc_shape)

@@ -105,7 +105,7 @@ class Seq2SeqTask:
 
     max_src_len / max_tgt_len are the longest source and the longest target
     (with <eos>) over BOTH splits; every array is padded to them, so a
-    style2 decoder built with max_src_len covers every sentence. ``sep``
+    location decoder built with max_src_len covers every sentence. ``sep``
     joins tokens for display ("" for characters, " " for words).
     """
 
@@ -294,11 +294,11 @@ TRAIN_CONFIGS = {
 # can differ in the last float bits across CPUs and thread counts.
 EXPECTED_ACCURACY = {
     ("zh_en", "bahdanau", "tf"): 0.40,
-    ("zh_en", "style2", "tf"): 0.60,
+    ("zh_en", "location", "tf"): 0.60,
     ("zh_en", "bahdanau", "torch"): 0.40,
-    ("zh_en", "style2", "torch"): 0.40,
-    ("dates", "style1", "torch"): 0.85,
-    ("dates", "style2", "torch"): 0.55,
+    ("zh_en", "location", "torch"): 0.40,
+    ("dates", "scaled_dot", "torch"): 0.85,
+    ("dates", "location", "torch"): 0.55,
     ("dates", "bahdanau", "torch"): 0.90,
     ("dates", "luong_dot", "torch"): 0.90,
     ("dates", "luong_general", "torch"): 0.90,

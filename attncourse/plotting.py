@@ -12,6 +12,8 @@ import numpy as np
 from matplotlib import font_manager
 from matplotlib import pyplot as plt
 
+from attncourse.notebook import to_numpy
+
 _CJK_FAMILY: str | None = None
 
 
@@ -31,14 +33,6 @@ def use_cjk_font() -> str:
     # A list of concrete families enables Matplotlib's per-glyph fallback.
     matplotlib.rcParams["font.family"] = ["DejaVu Sans", _CJK_FAMILY]
     return _CJK_FAMILY
-
-
-def _to_numpy(x) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-    if hasattr(x, "numpy"):
-        x = x.numpy()
-    return np.asarray(x, dtype=float)
 
 
 def show_heatmaps(
@@ -62,20 +56,8 @@ def show_heatmaps(
     torch. Tick labels may be tokens in any script. Returns the figure.
     """
     use_cjk_font()
-    data = _to_numpy(matrices)
-    if data.ndim == 2:
-        data = data[None]
-    if data.ndim != 3:
-        raise ValueError(
-            f"matrices must have shape (num_queries, num_keys) or (num_plots, "
-            f"num_queries, num_keys), got {data.shape}"
-        )
+    data = _panels(matrices, xlabels, ylabels, titles)  # (num_plots, rows, cols)
     n, rows, cols = data.shape
-    for name, labels, size in (("xlabels", xlabels, cols), ("ylabels", ylabels, rows)):
-        if labels is not None and len(labels) != size:
-            raise ValueError(f"{name} has {len(labels)} labels for {size} positions")
-    if titles is not None and len(titles) != n:
-        raise ValueError(f"titles has {len(titles)} entries for {n} matrices")
     height = max(1.6, width * rows / max(cols, 1)) + 0.6
     fig, axes = plt.subplots(
         1, n, figsize=(width * n + 0.8, height), squeeze=False, layout="constrained"
@@ -91,9 +73,40 @@ def show_heatmaps(
         if titles is not None:
             ax.set_title(titles[k], fontsize=10)
         if annotate:
-            for i in range(rows):
-                for j in range(cols):
-                    ax.text(j, i, f"{data[k, i, j]:.2f}", ha="center", va="center",
-                            fontsize=7)
+            _annotate(ax, data[k])
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
     return fig
+
+
+def _panels(matrices, xlabels, ylabels, titles) -> np.ndarray:
+    """The matrices as (num_plots, rows, cols), checked against the labels."""
+    data = to_numpy(matrices)
+    if data.ndim == 2:
+        data = data[None]
+    if data.ndim != 3:
+        raise ValueError(
+            f"matrices must have shape (num_queries, num_keys) or (num_plots, "
+            f"num_queries, num_keys), got {data.shape}"
+        )
+    n, rows, cols = data.shape
+    for name, labels, size in (("xlabels", xlabels, cols), ("ylabels", ylabels, rows)):
+        if labels is not None and len(labels) != size:
+            raise ValueError(f"{name} has {len(labels)} labels for {size} positions")
+    if titles is not None and len(titles) != n:
+        raise ValueError(f"titles has {len(titles)} entries for {n} matrices")
+    return data
+
+
+def _annotate(ax, matrix):
+    """Write each weight, to two decimals, in its cell."""
+    rows, cols = matrix.shape
+    for i in range(rows):
+        for j in range(cols):
+            ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+
+
+def tilt_key_labels(fig, degrees: float = 45):
+    """Tilt the key (x) tick labels of a show_heatmaps figure so neighbouring
+    labels -- <pad> tokens, long words -- do not collide."""
+    for ax in fig.axes[:-1]:  # the last axes is the colour bar
+        ax.tick_params(axis="x", labelrotation=degrees)

@@ -1,8 +1,10 @@
-"""NumPy reference implementations (float64 by default; no autograd).
+"""attncourse.numpy -- the NumPy reference implementations.
 
-Same names and signatures as the sibling modules ``attncourse.numpy``,
-``attncourse.tf`` and ``attncourse.torch``; see ``attncourse`` for the
-shape and mask conventions.
+float64 by default, no autograd: the float64 ``expected`` values of the
+graded exercises and the tests' reference outputs come from here. It holds
+the layers and functions that need no gradients; training lives in
+``attncourse.tf`` and ``attncourse.torch`` only. Its siblings use the same
+names and signatures; see ``attncourse`` for the shape and mask conventions.
 """
 
 import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
@@ -15,7 +17,6 @@ from . import (
     positional,
     scoring,
     seq2seq,
-    train,
     weights,
 )
 from .layers import *  # noqa: F401,F403
@@ -25,12 +26,11 @@ from .pooling import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
-from .train import *  # noqa: F401,F403
 from .weights import *  # noqa: F401,F403
 
 __all__ = sorted(
     set().union(
         *(m.__all__ for m in (masking, scoring, pooling, layers, multihead,
-                              positional, seq2seq, train, weights))
+                              positional, seq2seq, weights))
     )
 )

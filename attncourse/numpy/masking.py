@@ -20,8 +20,7 @@ def sequence_mask(valid_lens, num_keys):
     one length per query.
     """
     valid_lens = np.asarray(valid_lens)
-    checks.check_valid_lens_rank(checks.shape_of(valid_lens))
-    checks.check_count("num_keys", num_keys)
+    checks.sequence_mask_inputs(valid_lens, num_keys)
     if valid_lens.ndim == 1:
         valid_lens = valid_lens[:, None]
     return np.arange(num_keys) < valid_lens[..., None]
@@ -34,8 +33,7 @@ def causal_mask(num_queries, num_keys=None):
     (the diagonal included), so no position sees the future.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    checks.check_count("num_queries", num_queries)
-    checks.check_count("num_keys", num_keys)
+    checks.causal_mask_inputs(num_queries, num_keys)
     return np.arange(num_keys)[None, :] <= np.arange(num_queries)[:, None]
 
 
@@ -53,12 +51,10 @@ def masked_softmax(scores, mask=None):
     0/0 = NaN for such rows.)
     """
     scores = np.asarray(scores)
-    checks.check_float("scores", scores)
+    mask = None if mask is None else np.asarray(mask)
+    checks.softmax_inputs(scores, mask)
     if mask is None:
         return _softmax(scores)
-    mask = np.asarray(mask)
-    checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
-                      checks.shape_of(scores))
     filled = np.where(mask, scores, np.finfo(scores.dtype).min)
     return _softmax(filled) * mask.astype(scores.dtype)
 

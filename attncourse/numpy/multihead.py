@@ -30,9 +30,8 @@ def split_heads(x, num_heads):
     Head i gets features i * d_head ... (i + 1) * d_head - 1.
     """
     x = np.asarray(x)
-    checks.check_rank("x", checks.shape_of(x), 3, "(batch, n, d_model)")
+    checks.split_heads_input(x, num_heads)
     batch, n, d_model = x.shape
-    checks.check_heads(d_model, num_heads)
     x = x.reshape(batch, n, num_heads, d_model // num_heads)
     return x.transpose(0, 2, 1, 3)
 
@@ -47,11 +46,14 @@ def merge_heads(x):
 
 def _head_mask(mask):
     """A 3-D (batch, n_q, n_k) mask gets a head axis: (batch, 1, n_q, n_k)."""
-    return mask[:, None] if mask is not None and mask.ndim == 3 else mask
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    return mask[:, None] if mask.ndim == 3 else mask
 
 
 def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
-    """Multi-head scaled dot-product attention with the weights in ``params``.
+    """Multi-head scaled dot-product attention with the parameters ``params``.
 
     params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
     d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
@@ -60,20 +62,16 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
     """
     queries, keys, values = (np.asarray(t) for t in (queries, keys, values))
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        checks.check_float(name, t)
-    checks.check_qkv(*(checks.shape_of(t) for t in (queries, keys, values)))
-    params = {k: np.asarray(v, dtype=queries.dtype) for k, v in params.items()}
-    checks.check_mha_params({k: v.shape for k, v in params.items()},
-                            queries.shape, keys.shape, values.shape, num_heads)
-    q, k, v = (_project(x, params, c) for x, c in
-               ((queries, "q"), (keys, "k"), (values, "v")))
-    q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    p = {name: np.asarray(v, dtype=queries.dtype) for name, v in params.items()}
+    q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        mask = _head_mask(np.asarray(mask))
-    weights = masked_softmax(scores, mask)  # (batch, num_heads, n_q, n_k)
-    return _project(merge_heads(weights @ v), params, "o"), weights
+    weights = masked_softmax(scores, _head_mask(mask))     # (batch, heads, n_q, n_k)
+    heads = weights @ v                                    # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    return outputs, weights
 
 
 def _project(x, params, c):
@@ -82,38 +80,43 @@ def _project(x, params, c):
     return y + params[f"b_{c}"] if f"b_{c}" in params else y
 
 
-def _glorot(d_in, d_out):
-    limit = math.sqrt(6.0 / (d_in + d_out))
-    return np.random.uniform(-limit, limit, size=(d_in, d_out))
-
-
-def _init_params(input_dims, d_model, d_out, use_bias):
-    """Glorot-uniform weights and zero biases (NumPy's global random state)."""
-    d_q, d_k, d_v = input_dims
-    params = {"W_q": _glorot(d_q, d_model), "W_k": _glorot(d_k, d_model),
-              "W_v": _glorot(d_v, d_model), "W_o": _glorot(d_model, d_out)}
+def mha_param_shapes(input_dims, d_model, d_out, use_bias=True):
+    """name -> shape: W_q, W_k, W_v (d_in, d_model) for input_dims = (d_q_in,
+    d_k_in, d_v_in), W_o (d_model, d_out), and with use_bias b_q, b_k, b_v
+    (d_model,), b_o (d_out,). All three frameworks create them in this order."""
+    shapes = {f"W_{c}": (d, d_model) for c, d in zip("qkv", input_dims, strict=True)}
+    shapes["W_o"] = (d_model, d_out)
     if use_bias:
-        params.update({f"b_{c}": np.zeros(d_model) for c in "qkv"})
-        params["b_o"] = np.zeros(d_out)
-    return params
+        shapes.update({f"b_{c}": (d_model,) for c in "qkv"})
+        shapes["b_o"] = (d_out,)
+    return shapes
+
+
+def _init(name, shape):
+    """Glorot-uniform matrices, zero biases (NumPy's global random state)."""
+    if name.startswith("b"):
+        return np.zeros(shape)
+    limit = math.sqrt(6.0 / (shape[0] + shape[1]))
+    return np.random.uniform(-limit, limit, size=shape)
 
 
 class MultiHeadAttention:
     """Multi-head attention holding its own weights (see multi_head_attention).
 
     input_dims = (d_q_in, d_k_in, d_v_in) is required: the weights are created
-    here. d_out defaults to d_model. ``layer.params`` is the weight dict.
+    here. d_out defaults to d_model. ``layer.params`` is the parameter dict
+    (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
     def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
                  input_dims=None):
-        checks.check_positive("d_model", d_model)
-        checks.check_heads(d_model, num_heads)
+        self.input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
+                                                  input_dims_required=True)
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias = use_bias
-        self.input_dims = checks.check_input_dims(input_dims)
-        self.params = _init_params(self.input_dims, d_model, self.d_out, use_bias)
+        shapes = mha_param_shapes(self.input_dims, d_model, self.d_out, use_bias)
+        self.params = {name: _init(name, shape) for name, shape in shapes.items()}
 
     def __call__(self, queries, keys, values, attention_mask=None,
                  return_weights=False):

@@ -20,13 +20,9 @@ __all__ = [
 ]
 
 
-def _floats(**tensors):
-    """Arrays from the named inputs, checked to be floats of one dtype."""
-    arrays = {k: np.asarray(v) for k, v in tensors.items()}
-    for name, x in arrays.items():
-        checks.check_float(name, x)
-    checks.check_same_dtype(**arrays)
-    return tuple(arrays.values())
+def _tensors(*xs):
+    """Arrays from the arguments (None stays None)."""
+    return tuple(None if x is None else np.asarray(x) for x in xs)
 
 
 def soft_attention(scores, values, mask=None):
@@ -41,23 +37,17 @@ def soft_attention(scores, values, mask=None):
     Returns (outputs (batch, num_queries, d_v), weights). Fully masked rows get
     zero weights and therefore zero outputs.
     """
-    scores, values = _floats(scores=scores, values=values)
-    checks.check_scores_values(checks.shape_of(scores), checks.shape_of(values))
-    weights = masked_softmax(scores, mask)
-    return weights @ values, weights
+    scores, values = _tensors(scores, values)
+    checks.soft_attention_inputs(scores, values)
+    weights = masked_softmax(scores, mask)  # (batch, num_queries, num_keys)
+    return weights @ values, weights        # (batch, num_queries, d_v)
 
 
-def _combine(mask, valid_lens, scores_shape):
-    """AND of an explicit mask and a sequence_mask from valid_lens (or None)."""
-    if mask is not None:
-        mask = np.asarray(mask)
-        checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
-                          scores_shape)
+def _with_lengths(mask, valid_lens, num_keys):
+    """mask AND sequence_mask(valid_lens, num_keys); either may be None."""
     if valid_lens is None:
         return mask
-    valid_lens = np.asarray(valid_lens)
-    checks.check_valid_lens(checks.shape_of(valid_lens), *scores_shape[:2])
-    lens_mask = sequence_mask(valid_lens, scores_shape[-1])
+    lens_mask = sequence_mask(valid_lens, num_keys)
     return lens_mask if mask is None else mask & lens_mask
 
 
@@ -70,14 +60,15 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     masks keys at index >= length; both given -> combined with AND. scale
     defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v), weights (b, nq, nk)).
     """
-    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
-    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
-                     checks.shape_of(values), same_feature_size=True)
+    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
+                                                       valid_lens)
+    checks.attention_inputs(queries, keys, values, mask, valid_lens,
+                            same_feature_size=True)
     if scale is None:
-        scores = scaled_dot_score(queries, keys)
+        scores = scaled_dot_score(queries, keys)  # (b, nq, nk)
     else:
         scores = dot_score(queries, keys) * scale
-    mask = _combine(mask, valid_lens, checks.shape_of(scores))
+    mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
 
@@ -93,13 +84,13 @@ def key_value_attention(queries, keys, values, score_fn, mask=None,
     "Normal mode" is keys = values = X: the same vectors are compared with
     the query and averaged (as in keras.layers.Attention without a key).
     """
-    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
-    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
-                     checks.shape_of(values))
-    scores = np.asarray(score_fn(queries, keys))
-    expected = (values.shape[0], queries.shape[1], values.shape[1])
-    checks.check_scores_shape(checks.shape_of(scores), expected)
-    mask = _combine(mask, valid_lens, expected)
+    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
+                                                       valid_lens)
+    checks.attention_inputs(queries, keys, values, mask, valid_lens)
+    scores = np.asarray(score_fn(queries, keys))  # (b, nq, nk)
+    checks.check_scores_shape(checks.shape_of(scores),
+                              (values.shape[0], queries.shape[1], values.shape[1]))
+    mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
 
@@ -118,10 +109,9 @@ def hard_attention(weights, values, mode="argmax", generator=None):
     needs. Rows with all-zero weights (fully masked) give output 0, index 0
     and log_prob 0.
     """
-    checks.check_hard_mode(mode, generator is not None)
-    checks.check_generator(generator, np.random.Generator, "numpy.random.Generator")
-    weights, values = _floats(weights=weights, values=values)
-    checks.check_scores_values(checks.shape_of(weights), checks.shape_of(values))
+    weights, values = _tensors(weights, values)
+    checks.hard_attention_inputs(weights, values, mode, generator,
+                                 np.random.Generator, "numpy.random.Generator")
     positive = weights > 0
     logw = np.log(np.where(positive, weights, 1))
     if mode == "argmax":

@@ -39,6 +39,5 @@ class PositionalEncoding:
     def __call__(self, x):
         """x (batch, n, d_model) -> x + PE[:n], same shape."""
         x = np.asarray(x)
-        checks.check_sequence("inputs", checks.shape_of(x), "d_model", self.d_model)
-        checks.check_positions(x.shape[1], self.max_len)
+        checks.positional_input(x, self.d_model, self.max_len)
         return x + self.table[: x.shape[1]].astype(x.dtype, copy=False)

@@ -23,15 +23,26 @@ Decoders
 ``Decoder(..., attention=...)`` predicts the next token from the previous one,
 a GRU state and the encoder outputs (batch, src_len, hidden):
 
-* "style1" -- query = previous decoder state, keys = values = encoder outputs,
-  scaled dot-product scores; [embedding; context] -> linear -> GRU.
-* "bahdanau" -- as style1 with additive scores w_v . tanh(h W_q + enc W_k).
-* "luong_dot" / "luong_general" -- GRU step on the embedding first, then
-  attention with the NEW state (h . enc, or h W enc), then the attentional
-  hidden tanh([context; h] W_c + b_c) -> output projection.
-* "style2" -- the old PyTorch tutorial's AttnDecoderRNN, see ``Decoder``.
+Attend, then update (the query is the PREVIOUS state s_{t-1}):
 
-Weights are flat dicts of arrays, ``params`` (names in ``Decoder``).
+* "scaled_dot" -- scaled dot-product scores s_{t-1} . h_j / sqrt(H), keys =
+  values = encoder outputs; [embedding; context] -> linear -> GRU (the seed
+  notes' "style 1").
+* "bahdanau" -- the same plan with additive scores w_v . tanh(s W_q + h W_k).
+
+Update, then attend (the query is the NEW state s_t):
+
+* "luong_dot" / "luong_general" -- GRU step on the embedding first, then
+  attention with s_t (s . h, or s W h), then the attentional hidden
+  tanh([context; s] W_c + b_c) -> output projection.
+
+Location-based (Luong et al. 2015's term: the weights address positions and
+never read the encoder outputs):
+
+* "location" -- the old PyTorch tutorial's AttnDecoderRNN (the seed notes'
+  "style 2"), see ``Decoder``.
+
+Parameters are flat dicts of arrays, ``params`` (names in ``Decoder``).
 """
 
 import math
@@ -174,7 +185,7 @@ class Encoder:
 
 def decoder_param_shapes(vocab_size, embed_dim, hidden_dim, attention,
                          max_src_len=None):
-    """name -> shape of a Decoder's weights (all linear maps are x @ W + b)."""
+    """name -> shape of a Decoder's parameters (linear maps are x @ W + b)."""
     E, H, V = embed_dim, hidden_dim, vocab_size
     shapes = {"embedding": (V, E)}
     shapes.update({f"gru.{k}": s for k, s in gru_param_shapes(E, H).items()})
@@ -186,7 +197,7 @@ def decoder_param_shapes(vocab_size, embed_dim, hidden_dim, attention,
         shapes.update({"attn.W_q": (H, H), "attn.W_k": (H, H), "attn.w_v": (H,)})
     elif attention == "luong_general":
         shapes["attn.W"] = (H, H)
-    elif attention == "style2":
+    elif attention == "location":
         shapes.update({"attn.W": (E + H, max_src_len), "attn.b": (max_src_len,)})
     return shapes
 
@@ -194,14 +205,14 @@ def decoder_param_shapes(vocab_size, embed_dim, hidden_dim, attention,
 class Decoder:
     """A GRU decoder with one of five attention types (module docstring).
 
-    Weights (``params``; E = embed_dim, H = hidden_dim, V = vocab_size):
+    Parameters (``params``; E = embed_dim, H = hidden_dim, V = vocab_size):
     embedding (V, E); gru.* (canonical GRU, input E); out.W (H, V), out.b;
-    combine.W, combine.b: (E + H, E) for style1/bahdanau/style2 (input
+    combine.W, combine.b: (E + H, E) for scaled_dot/bahdanau/location (input
     [embedding; context]), (2H, H) for luong (input [context; h]); attention:
     bahdanau attn.W_q, attn.W_k (H, H), attn.w_v (H,); luong_general attn.W
-    (H, H); style2 attn.W (E + H, max_src_len), attn.b (max_src_len,).
+    (H, H); location attn.W (E + H, max_src_len), attn.b (max_src_len,).
 
-    style2 (the old PyTorch tutorial): weights = softmax([embedding; h_prev]
+    location (the old PyTorch tutorial): weights = softmax([embedding; h_prev]
     attn.W + attn.b) over max_src_len fixed positions, context = weights @
     encoder outputs; relu([embedding; context] combine.W + combine.b) -> GRU.
     These weights never look at the encoder outputs' content -- only at the
@@ -230,22 +241,26 @@ class Decoder:
         (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
         Returns (logits (batch, V), new state (batch, H), weights (batch,
         src_len))."""
-        tokens, enc_outputs = np.asarray(tokens), np.asarray(enc_outputs)
-        state = np.asarray(state)
-        mask = self._check(tokens, state, enc_outputs, src_mask)
+        tokens, state = np.asarray(tokens), np.asarray(state)
+        enc_outputs = np.asarray(enc_outputs)
+        src_mask = None if src_mask is None else np.asarray(src_mask)
+        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
+                                   hidden_dim=self.hidden_dim,
+                                   attention=self.attention,
+                                   max_src_len=self.max_src_len)
         p = self.params
-        emb = p["embedding"][tokens]
-        if self.attention.startswith("luong"):
-            state = gru_step(emb, state, _sub(p, "gru"))
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        emb = p["embedding"][tokens]                                   # (batch, E)
+        if self.attention.startswith("luong"):  # update, then attend with s_t
+            state = gru_step(emb, state, _sub(p, "gru"))               # (batch, H)
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             hidden = np.tanh(_linear(np.concatenate([context, state], -1), p,
                                      "combine"))
-        else:
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        else:  # attend with s_{t-1}, then update
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             x = _linear(np.concatenate([emb, context], -1), p, "combine")
-            if self.attention == "style2":
+            if self.attention == "location":
                 x = np.maximum(x, 0.0)
-            state = hidden = gru_step(x, state, _sub(p, "gru"))
+            state = hidden = gru_step(x, state, _sub(p, "gru"))        # (batch, H)
         return _linear(hidden, p, "out"), state, weights
 
     def __call__(self, targets_in, state, enc_outputs, src_mask=None):
@@ -262,32 +277,21 @@ class Decoder:
             weights.append(w)
         return np.stack(logits, 1), np.stack(weights, 1)
 
-    def _check(self, tokens, state, enc_outputs, src_mask):
-        checks.check_tokens("tokens", tokens, "(batch,)", 1)
-        checks.check_sequence("enc_outputs", enc_outputs.shape, "hidden_dim",
-                              self.hidden_dim)
-        batch, src_len = enc_outputs.shape[:2]
-        checks.check_shape("state", state.shape, (batch, self.hidden_dim),
-                           "(batch, hidden_dim)")
-        checks.check_shape("tokens", tokens.shape, (batch,), "(batch,)")
-        if self.attention == "style2":
-            checks.check_src_len(src_len, self.max_src_len)
-        if src_mask is None:
-            return None
-        src_mask = np.asarray(src_mask)
-        checks.check_src_mask(src_mask, enc_outputs.shape)
-        return src_mask[:, None, :]  # (batch, 1, src_len): one query
+    def attend(self, query, emb, enc_outputs, src_mask=None):
+        """Context (batch, H) and weights (batch, src_len) for one query (batch, H).
 
-    def _attend(self, query, emb, enc_outputs, mask):
-        """context (batch, H) and weights (batch, src_len) for one query."""
-        scores = self._scores(query[:, None, :], emb, enc_outputs)
+        emb (batch, E) is the embedded input token (the location scores read
+        it); src_mask bool (batch, src_len), True = real token.
+        """
+        scores = self.attention_scores(query[:, None, :], emb, enc_outputs)
+        mask = None if src_mask is None else src_mask[:, None, :]  # one query
         context, weights = soft_attention(scores, enc_outputs, mask)
         return context[:, 0], weights[:, 0]
 
-    def _scores(self, q, emb, enc):
-        """Scores (batch, 1, src_len) of the query q (batch, 1, H)."""
+    def attention_scores(self, q, emb, enc):
+        """Scores (batch, 1, src_len) of the query q (batch, 1, H) over enc."""
         p, kind = self.params, self.attention
-        if kind == "style1":
+        if kind == "scaled_dot":
             return scaled_dot_score(q, enc)
         if kind == "bahdanau":
             return additive_score(q, enc, p["attn.W_q"], p["attn.W_k"],
@@ -296,7 +300,7 @@ class Decoder:
             return dot_score(q, enc)
         if kind == "luong_general":
             return bilinear_score(q, enc, p["attn.W"])
-        # style2: a linear map of [embedding; h_prev]; enc gives only its length
+        # location: a linear map of [embedding; h_prev]; enc gives only its length
         logits = _linear(np.concatenate([emb, q[:, 0]], -1), p, "attn")
         return logits[:, None, : enc.shape[1]]
 

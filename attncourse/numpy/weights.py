@@ -1,10 +1,14 @@
-"""Weight and mask bridges, framework-neutral: NumPy arrays in, NumPy out.
+"""Parameter and mask bridges, framework-neutral: NumPy arrays in, NumPy out.
 
 The canonical layout is the NumPy reference's: row vectors, (in, out)
-matrices, flat dicts of arrays (``layer.params``). ``get_params_numpy`` /
-``set_params_numpy`` move those dicts in and out of the course's
-MultiHeadAttention, GRU, Encoder and Decoder in any framework, so one set of
-weights runs in NumPy, TensorFlow and PyTorch.
+matrices, flat dicts of arrays. Every course layer has ``layer.params``, a
+dict from these names to its storage; ``get_params`` / ``set_params`` copy
+them out and in as NumPy arrays, in all three frameworks, so one set of
+parameters runs in NumPy, TensorFlow and PyTorch.
+
+This module also holds the one implementation of the layout and mask
+converters below; ``attncourse.tf`` and ``attncourse.torch`` re-export them
+(or wrap them to return their own tensors).
 
 The built-ins store the same weights differently:
 
@@ -33,42 +37,38 @@ from attncourse import checks
 from .seq2seq import GRU_GATES, gru_param_shapes
 
 __all__ = [
-    "get_params_numpy",
+    "get_params",
     "gru_params_from_keras",
     "gru_params_from_torch",
     "gru_params_to_keras",
     "gru_params_to_torch",
     "mha_params_to_keras",
     "mha_params_to_torch",
-    "set_params_numpy",
-    "to_keras_gru",
+    "set_params",
     "to_keras_mask",
-    "to_keras_mha",
     "to_sdpa_mask",
-    "to_torch_gru",
-    "to_torch_mha",
     "to_torch_mha_mask",
 ]
 
 
-def get_params_numpy(module) -> dict:
-    """A copy of a layer's weights as {name: float64 array} (canonical layout)."""
-    if not isinstance(getattr(module, "params", None), dict):
-        raise TypeError(
-            f"get_params_numpy works on MultiHeadAttention, GRU, Encoder and "
-            f"Decoder, got {type(module).__name__}"
-        )
-    return {k: np.array(v, dtype=np.float64) for k, v in module.params.items()}
+def get_params(layer) -> dict:
+    """A copy of a course layer's parameters: {name: float64 array}, (in, out)."""
+    return {name: np.array(v, dtype=np.float64)
+            for name, v in checks.course_params(layer).items()}
 
 
-def set_params_numpy(module, params: dict) -> None:
-    """Copy {name: array} (canonical layout, as get_params_numpy returns) in."""
-    current = get_params_numpy(module)
-    checks.check_weight_keys(list(current), params)
+def set_params(layer, params: dict) -> None:
+    """Copy {name: array} (as get_params returns) into the layer.
+
+    ``params`` needs exactly the layer's names, each a float array of the
+    layer's shape; anything else raises ValueError (TypeError for integer
+    arrays) naming the key and the shapes, and changes nothing.
+    """
+    current = checks.course_params(layer)
+    params = {name: np.asarray(v) for name, v in params.items()}
+    checks.param_dict({k: np.shape(v) for k, v in current.items()}, params)
     for name, value in params.items():
-        value = np.asarray(value)
-        checks.check_weight(name, value.shape, current[name].shape)
-        module.params[name] = np.array(value, dtype=np.float64)
+        layer.params[name] = np.array(value, dtype=np.float64)
 
 
 # --- multi-head attention ----------------------------------------------------
@@ -211,34 +211,6 @@ def gru_params_from_torch(state_dict: dict) -> dict:
                        f"b_x{g}": sd["bias_ih_l0"][rows],
                        f"b_h{g}": sd["bias_hh_l0"][rows]})
     return params
-
-
-def _only_in(name, module):
-    raise NotImplementedError(
-        f"{name} builds a {module.split('.')[1]} layer: use {module}.{name} "
-        f"(attncourse.numpy converts the layouts only: mha_params_to_keras, "
-        f"mha_params_to_torch, gru_params_to_keras, gru_params_to_torch)"
-    )
-
-
-def to_keras_mha(params, num_heads):
-    """Only in attncourse.tf (returns a keras.layers.MultiHeadAttention)."""
-    _only_in("to_keras_mha", "attncourse.tf")
-
-
-def to_torch_mha(params, num_heads):
-    """Only in attncourse.torch (returns a torch.nn.MultiheadAttention)."""
-    _only_in("to_torch_mha", "attncourse.torch")
-
-
-def to_keras_gru(params):
-    """Only in attncourse.tf (returns a keras.layers.GRU)."""
-    _only_in("to_keras_gru", "attncourse.tf")
-
-
-def to_torch_gru(params):
-    """Only in attncourse.torch (returns a torch.nn.GRU)."""
-    _only_in("to_torch_gru", "attncourse.torch")
 
 
 # --- masks -----------------------------------------------------------------------

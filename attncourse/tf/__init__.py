@@ -1,8 +1,10 @@
-"""TensorFlow 2 / Keras 3 implementations.
+"""attncourse.tf -- the TensorFlow 2 / Keras 3 implementations.
 
-Same names and signatures as the sibling modules ``attncourse.numpy``,
-``attncourse.tf`` and ``attncourse.torch``; see ``attncourse`` for the
-shape and mask conventions.
+Functions take and return tf tensors (differentiable with tf.GradientTape);
+the layers are keras.layers.Layer subclasses that can build their parameters
+from the first call. Same names and signatures as ``attncourse.numpy``, plus
+the Keras-only builders (``to_keras_mha``, ``to_keras_gru``) and training.
+See ``attncourse`` for the shape and mask conventions.
 """
 
 import attncourse._quiet  # noqa: F401  (before any TensorFlow import)

@@ -20,8 +20,7 @@ def sequence_mask(valid_lens, num_keys):
     one length per query.
     """
     valid_lens = tf.convert_to_tensor(valid_lens)
-    checks.check_valid_lens_rank(checks.shape_of(valid_lens))
-    checks.check_count("num_keys", num_keys)
+    checks.sequence_mask_inputs(valid_lens, num_keys)
     if valid_lens.shape.rank == 1:
         valid_lens = valid_lens[:, None]
     positions = tf.range(int(num_keys), dtype=valid_lens.dtype)
@@ -35,8 +34,7 @@ def causal_mask(num_queries, num_keys=None):
     (the diagonal included), so no position sees the future.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    checks.check_count("num_queries", num_queries)
-    checks.check_count("num_keys", num_keys)
+    checks.causal_mask_inputs(num_queries, num_keys)
     return tf.range(int(num_keys))[None, :] <= tf.range(int(num_queries))[:, None]
 
 
@@ -54,12 +52,10 @@ def masked_softmax(scores, mask=None):
     with -inf instead would give 0/0 = NaN for such rows.)
     """
     scores = tf.convert_to_tensor(scores)
-    checks.check_float("scores", scores)
+    mask = None if mask is None else tf.convert_to_tensor(mask)
+    checks.softmax_inputs(scores, mask)
     if mask is None:
         return tf.nn.softmax(scores, axis=-1)
-    mask = tf.convert_to_tensor(mask)
-    checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
-                      checks.shape_of(scores))
     fill = tf.constant(scores.dtype.min, dtype=scores.dtype)
     weights = tf.nn.softmax(tf.where(mask, scores, fill), axis=-1)
     return weights * tf.cast(mask, scores.dtype)

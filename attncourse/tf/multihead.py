@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from attncourse import checks
+from attncourse.numpy.multihead import mha_param_shapes
 
 from .masking import masked_softmax
 
@@ -28,9 +29,8 @@ def split_heads(x, num_heads):
     Head i gets features i * d_head ... (i + 1) * d_head - 1.
     """
     x = tf.convert_to_tensor(x)
-    checks.check_rank("x", checks.shape_of(x), 3, "(batch, n, d_model)")
+    checks.split_heads_input(x, num_heads)
     _, n, d_model = checks.shape_of(x)
-    checks.check_heads(d_model, num_heads)
     x = tf.reshape(x, (-1, n, num_heads, d_model // num_heads))
     return tf.transpose(x, (0, 2, 1, 3))
 
@@ -52,7 +52,7 @@ def _head_mask(mask):
 
 
 def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
-    """Multi-head scaled dot-product attention with the weights in ``params``.
+    """Multi-head scaled dot-product attention with the parameters ``params``.
 
     params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
     d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
@@ -62,19 +62,16 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
     """
     queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        checks.check_float(name, t)
-    checks.check_qkv(*(checks.shape_of(t) for t in (queries, keys, values)))
-    checks.check_mha_params({k: checks.shape_of(v) for k, v in params.items()},
-                            *(checks.shape_of(t) for t in (queries, keys, values)),
-                            num_heads)
-    params = {k: tf.cast(v, queries.dtype) for k, v in params.items()}
-    q, k, v = (_project(x, params, c) for x, c in
-               ((queries, "q"), (keys, "k"), (values, "v")))
-    q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    p = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
+    q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])
-    weights = masked_softmax(scores, _head_mask(mask))  # (batch, heads, n_q, n_k)
-    return _project(merge_heads(tf.matmul(weights, v)), params, "o"), weights
+    weights = masked_softmax(scores, _head_mask(mask))     # (batch, heads, n_q, n_k)
+    heads = tf.matmul(weights, v)                          # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    return outputs, weights
 
 
 def _project(x, params, c):
@@ -88,36 +85,29 @@ class MultiHeadAttention(keras.layers.Layer):
 
     input_dims = (d_q_in, d_k_in, d_v_in) creates the weights at once;
     without it Keras creates them at the first call from the inputs' shapes.
-    d_out defaults to d_model. ``layer.params`` is the weight dict
-    (glorot-uniform matrices, zero biases).
+    d_out defaults to d_model. ``layer.params`` is the parameter dict
+    (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
     def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
                  input_dims=None, **kwargs):
         super().__init__(**kwargs)
-        checks.check_positive("d_model", d_model)
-        checks.check_heads(d_model, num_heads)
+        input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
+                                             input_dims_required=False)
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
-        self.use_bias = use_bias
-        self.input_dims = None
+        self.use_bias, self.input_dims = use_bias, None
         if input_dims is not None:
-            self._create(checks.check_input_dims(input_dims))
+            self.build(*((None, None, d) for d in input_dims))
             self.built = True
 
     def build(self, queries_shape, keys_shape, values_shape):
-        if self.input_dims is None:
-            self._create((queries_shape[-1], keys_shape[-1], values_shape[-1]))
-
-    def _create(self, input_dims):
-        self.input_dims = tuple(int(d) for d in input_dims)
-        shapes = dict(zip(("W_q", "W_k", "W_v"),
-                          ((d, self.d_model) for d in self.input_dims), strict=True))
-        shapes["W_o"] = (self.d_model, self.d_out)
-        if self.use_bias:
-            shapes.update({f"b_{c}": (self.d_model,) for c in "qkv"})
-            shapes["b_o"] = (self.d_out,)
-        self._params = {
+        """Create the parameters for inputs of these shapes (mha_param_shapes)."""
+        self.input_dims = tuple(int(s[-1]) for s in
+                                (queries_shape, keys_shape, values_shape))
+        shapes = mha_param_shapes(self.input_dims, self.d_model, self.d_out,
+                                  self.use_bias)
+        self._variables_by_name = {
             name: self.add_weight(name=name, shape=shape, initializer=(
                 "zeros" if name.startswith("b") else "glorot_uniform"))
             for name, shape in shapes.items()
@@ -126,16 +116,12 @@ class MultiHeadAttention(keras.layers.Layer):
     @property
     def params(self) -> dict:
         """name -> Keras variable, in the layout of multi_head_attention."""
-        return dict(self._params)
-
-    def _param_slots(self):
-        """name -> (variable, transposed?) for attncourse.tf.get_params_numpy."""
         if self.input_dims is None:
             raise ValueError(
                 "MultiHeadAttention has no weights yet: call it once or pass "
                 "input_dims=(d_q_in, d_k_in, d_v_in) to the constructor"
             )
-        return {k: (v, False) for k, v in self._params.items()}
+        return dict(self._variables_by_name)
 
     def call(self, queries, keys, values, attention_mask=None,
              return_weights=False):

@@ -42,8 +42,7 @@ class PositionalEncoding(keras.layers.Layer):
     def call(self, x):
         """x (batch, n, d_model) -> x + PE[:n], same shape."""
         x = tf.convert_to_tensor(x)
-        checks.check_sequence("inputs", checks.shape_of(x), "d_model", self.d_model)
-        checks.check_positions(x.shape[1], self.max_len)
+        checks.positional_input(x, self.d_model, self.max_len)
         return x + tf.cast(self.table[: x.shape[1]], x.dtype)
 
     def get_config(self):

@@ -78,9 +78,9 @@ def _dense(d_in, d_out):
     return layer
 
 
-def _dense_slots(name, layer):
-    """Canonical name -> (variable, transpose?) for a Dense layer."""
-    return {f"{name}.W": (layer.kernel, False), f"{name}.b": (layer.bias, False)}
+def _dense_params(name, layer):
+    """A Dense layer's kernel (in, out) and bias as name.W, name.b."""
+    return {f"{name}.W": layer.kernel, f"{name}.b": layer.bias}
 
 
 class GRU(keras.layers.Layer):
@@ -102,9 +102,6 @@ class GRU(keras.layers.Layer):
     def params(self) -> dict:
         """name -> variable, in the canonical GRU layout."""
         return dict(self._params)
-
-    def _param_slots(self):
-        return {k: (v, False) for k, v in self._params.items()}
 
     def call(self, inputs, state=None, valid_lens=None):
         """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
@@ -140,10 +137,11 @@ class Encoder(keras.layers.Layer):
         self.gru = GRU(embed_dim, hidden_dim)
         self.built = True
 
-    def _param_slots(self):
-        slots = {"embedding": (self.embedding.embeddings, False)}
-        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
-        return slots
+    @property
+    def params(self) -> dict:
+        """name -> variable: embedding (vocab, embed), gru.* (canonical GRU)."""
+        return {"embedding": self.embedding.embeddings,
+                **{f"gru.{k}": v for k, v in self.gru.params.items()}}
 
     def call(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -165,8 +163,8 @@ class Encoder(keras.layers.Layer):
 class Decoder(keras.layers.Layer):
     """A GRU decoder with one of five attention types.
 
-    See ``attncourse.numpy.seq2seq.Decoder`` for the weights' names and
-    shapes and for style2, the old PyTorch tutorial's decoder, whose weights
+    See ``attncourse.numpy.seq2seq.Decoder`` for the parameters' names and
+    shapes and for "location", the old PyTorch tutorial's decoder, whose weights
     never look at the encoder outputs' content (only at the input token and
     the previous state); here its padded positions are masked and the weights
     renormalised over the real tokens.
@@ -185,7 +183,7 @@ class Decoder(keras.layers.Layer):
         self.gru = GRU(embed_dim, hidden_dim)
         self.combine = _dense(*shapes["combine.W"])
         self.out = _dense(hidden_dim, vocab_size)
-        if attention == "style2":
+        if attention == "location":
             self.attn = _dense(*shapes["attn.W"])
         else:
             self.attn = {
@@ -195,16 +193,18 @@ class Decoder(keras.layers.Layer):
             }
         self.built = True
 
-    def _param_slots(self):
-        slots = {"embedding": (self.embedding.embeddings, False)}
-        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
-        slots.update(_dense_slots("combine", self.combine))
-        slots.update(_dense_slots("out", self.out))
-        if self.attention == "style2":
-            slots.update(_dense_slots("attn", self.attn))
+    @property
+    def params(self) -> dict:
+        """name -> variable, the names and shapes of decoder_param_shapes."""
+        params = {"embedding": self.embedding.embeddings,
+                  **{f"gru.{k}": v for k, v in self.gru.params.items()},
+                  **_dense_params("combine", self.combine),
+                  **_dense_params("out", self.out)}
+        if self.attention == "location":
+            params.update(_dense_params("attn", self.attn))
         else:
-            slots.update({f"attn.{k}": (v, False) for k, v in self.attn.items()})
-        return slots
+            params.update({f"attn.{k}": v for k, v in self.attn.items()})
+        return params
 
     def step(self, tokens, state, enc_outputs, src_mask=None):
         """One step: tokens (batch,) int, state (batch, H), enc_outputs
@@ -213,18 +213,22 @@ class Decoder(keras.layers.Layer):
         src_len))."""
         tokens, state, enc_outputs = (tf.convert_to_tensor(t) for t in
                                       (tokens, state, enc_outputs))
-        mask = self._check(tokens, state, enc_outputs, src_mask)
-        emb = self.embedding(tokens)
-        if self.attention.startswith("luong"):
-            state = gru_step(emb, state, self.gru.params)
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        src_mask = None if src_mask is None else tf.convert_to_tensor(src_mask)
+        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
+                                   hidden_dim=self.hidden_dim,
+                                   attention=self.attention,
+                                   max_src_len=self.max_src_len)
+        emb = self.embedding(tokens)                                   # (batch, E)
+        if self.attention.startswith("luong"):  # update, then attend with s_t
+            state = gru_step(emb, state, self.gru.params)              # (batch, H)
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             hidden = tf.tanh(self.combine(tf.concat([context, state], -1)))
-        else:
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        else:  # attend with s_{t-1}, then update
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             x = self.combine(tf.concat([emb, context], -1))
-            if self.attention == "style2":
+            if self.attention == "location":
                 x = tf.nn.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)
+            state = hidden = gru_step(x, state, self.gru.params)       # (batch, H)
         return self.out(hidden), state, weights
 
     def call(self, targets_in, state, enc_outputs, src_mask=None):
@@ -241,33 +245,21 @@ class Decoder(keras.layers.Layer):
             weights.append(w)
         return tf.stack(logits, 1), tf.stack(weights, 1)
 
-    def _check(self, tokens, state, enc_outputs, src_mask):
-        checks.check_tokens("tokens", tokens, "(batch,)", 1)
-        enc_shape = checks.shape_of(enc_outputs)
-        checks.check_sequence("enc_outputs", enc_shape, "hidden_dim",
-                              self.hidden_dim)
-        batch, src_len = enc_shape[:2]
-        checks.check_shape("state", checks.shape_of(state),
-                           (batch, self.hidden_dim), "(batch, hidden_dim)")
-        checks.check_shape("tokens", checks.shape_of(tokens), (batch,), "(batch,)")
-        if self.attention == "style2":
-            checks.check_src_len(src_len, self.max_src_len)
-        if src_mask is None:
-            return None
-        src_mask = tf.convert_to_tensor(src_mask)
-        checks.check_src_mask(src_mask, enc_shape)
-        return src_mask[:, None, :]  # (batch, 1, src_len): one query
+    def attend(self, query, emb, enc_outputs, src_mask=None):
+        """Context (batch, H) and weights (batch, src_len) for one query (batch, H).
 
-    def _attend(self, query, emb, enc_outputs, mask):
-        """context (batch, H) and weights (batch, src_len) for one query."""
-        scores = self._scores(query[:, None, :], emb, enc_outputs)
+        emb (batch, E) is the embedded input token (the location scores read
+        it); src_mask bool (batch, src_len), True = real token.
+        """
+        scores = self.attention_scores(query[:, None, :], emb, enc_outputs)
+        mask = None if src_mask is None else src_mask[:, None, :]  # one query
         context, weights = soft_attention(scores, enc_outputs, mask)
         return context[:, 0], weights[:, 0]
 
-    def _scores(self, q, emb, enc):
-        """Scores (batch, 1, src_len) of the query q (batch, 1, H)."""
+    def attention_scores(self, q, emb, enc):
+        """Scores (batch, 1, src_len) of the query q (batch, 1, H) over enc."""
         kind, a = self.attention, self.attn
-        if kind == "style1":
+        if kind == "scaled_dot":
             return scaled_dot_score(q, enc)
         if kind == "bahdanau":
             return additive_score(q, enc, a["W_q"], a["W_k"], a["w_v"])
@@ -275,7 +267,7 @@ class Decoder(keras.layers.Layer):
             return dot_score(q, enc)
         if kind == "luong_general":
             return bilinear_score(q, enc, a["W"])
-        # style2: a linear map of [embedding; h_prev]; enc gives only its length
+        # location: a linear map of [embedding; h_prev]; enc gives only its length
         logits = self.attn(tf.concat([emb, q[:, 0]], -1))
         return logits[:, None, : enc.shape[1]]
 

@@ -1,30 +1,24 @@
 """Training and evaluating the seq2seq models on the course's tasks, in TensorFlow.
 
-Same names and signatures as ``attncourse.torch.train`` (and
-``attncourse.numpy.train``, which has no autograd and refuses to train). The
-tasks are the framework-free ``attncourse.data.Seq2SeqTask`` arrays; the
-models are ``attncourse.tf.Encoder`` / ``Decoder``.
-
-Training is teacher forcing: the decoder reads the true previous token
-(``tgt_in`` = <bos> + target) and is scored on the next one (``tgt_out`` =
-target + <eos>) by cross-entropy averaged over the real target tokens. Test
-accuracy is exact match under greedy decoding, where the decoder reads its
-own previous prediction -- the only mode available at test time.
+Same names and signatures as ``attncourse.torch.train``; the batches, the
+accuracy and the experiment are the framework-neutral ``attncourse.training``
+(read its docstring for teacher forcing versus greedy decoding). The tasks
+are the framework-free ``attncourse.data.Seq2SeqTask`` arrays; the models are
+``attncourse.tf.Encoder`` / ``Decoder``.
 
 The per-token GRU loops are Python loops, slow when run eagerly, so the
 training step is compiled once with ``tf.function`` (every batch has the
 same padded shape, so it is traced only once).
 """
 
-import time
+import sys
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from attncourse.data import TrainedModel
+from attncourse import training
 from attncourse.progress import progress
-from attncourse.seed import set_seed
 
 from .masking import sequence_mask
 from .seq2seq import Decoder, Encoder, greedy_decode
@@ -40,13 +34,13 @@ __all__ = [
 
 
 def build_seq2seq(task, attention, embed_dim, hidden_dim):
-    """An (Encoder, Decoder) pair sized for ``task``; style2 gets the task's
-    longest source as its fixed max_src_len."""
-    max_src_len = task.max_src_len if attention == "style2" else None
+    """An (Encoder, Decoder) pair sized for ``task``; location attention gets
+    the task's longest source as its fixed max_src_len."""
     encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim)
     decoder = Decoder(len(task.tgt_vocab), embed_dim, hidden_dim, attention,
-                      max_src_len=max_src_len)
+                      max_src_len=training.decoder_max_src_len(task, attention))
     return encoder, decoder
+
 
 
 def _src_mask(src_lens, src_len):
@@ -85,15 +79,11 @@ def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
-    rng = np.random.default_rng(seed)
-    train = task.train
-    arrays = (train.src, train.src_lens, train.tgt_in, train.tgt_out)
-    batch_size = min(batch_size, len(train))
     losses = []
-    bar = progress(range(steps), desc=desc or f"{decoder.attention} (tf)")
-    for _ in bar:
-        idx = rng.choice(len(train), batch_size, replace=False)
-        loss = train_step(*(tf.constant(a[idx]) for a in arrays))
+    bar = progress(training.minibatches(task.train, steps, batch_size, seed),
+                   total=steps, desc=desc or f"{decoder.attention} (tf)")
+    for batch in bar:
+        loss = train_step(*(tf.constant(a) for a in batch))
         losses.append(float(loss))
         bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     return np.array(losses)
@@ -131,23 +121,12 @@ def sequence_accuracy(encoder, decoder, task, split="test"):
     """Exact-match accuracy of greedy translations: the fraction of sentences
     whose output, up to its first <eos>, equals the target exactly."""
     tokens, _ = greedy_translate(encoder, decoder, task, split)
-    data = task.split(split)
-    hits = [task.tgt_vocab.decode(row) == tgt
-            for row, (_, tgt) in zip(tokens, data.pairs, strict=True)]
-    return float(np.mean(hits))
+    return training.exact_match(task, tokens, split)
 
 
 def train_and_evaluate(task, attention, config, desc=None):
     """Seed, build, train with ``config`` (an attncourse.data.TrainConfig) and
     measure test exact-match accuracy. Returns an attncourse.data.TrainedModel
     (encoder, decoder, losses, accuracy, seconds)."""
-    start = time.perf_counter()
-    set_seed(config.seed)
-    encoder, decoder = build_seq2seq(task, attention, config.embed_dim,
-                                     config.hidden_dim)
-    losses = train_seq2seq(encoder, decoder, task, config.steps,
-                           config.batch_size, config.learning_rate,
-                           config.clip_norm, config.seed, desc)
-    accuracy = sequence_accuracy(encoder, decoder, task, "test")
-    return TrainedModel(encoder, decoder, losses, accuracy,
-                        time.perf_counter() - start)
+    return training.run_experiment(sys.modules[__name__], task, attention, config,
+                                   desc)

@@ -1,11 +1,11 @@
-"""Weight and mask bridges for TensorFlow / Keras 3.
+"""Parameter and mask bridges for TensorFlow / Keras 3.
 
-``get_params_numpy`` / ``set_params_numpy`` read and write the course's Keras
-layers (MultiHeadAttention, GRU, Encoder, Decoder) as NumPy dicts in the
-canonical layout of ``attncourse.numpy.weights``; ``to_keras_mha`` and
-``to_keras_gru`` build the Keras built-ins holding the same weights.
-The layout converters and the torch mask converters are the framework-neutral
-NumPy ones (they accept TF tensors and return NumPy arrays).
+``get_params`` / ``set_params`` read and write the course's Keras layers as
+NumPy dicts in the canonical layout of ``attncourse.numpy.weights``;
+``to_keras_mha`` and ``to_keras_gru`` build the Keras built-ins holding the
+same parameters. The layout converters and the torch mask converters are the
+framework-neutral NumPy ones (they accept TF tensors and return NumPy arrays);
+``to_keras_mask`` returns a tf bool tensor.
 """
 
 import keras
@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from attncourse import checks
+from attncourse.numpy import weights as neutral
 from attncourse.numpy.weights import (
     gru_params_from_keras,
     gru_params_from_torch,
@@ -21,55 +22,44 @@ from attncourse.numpy.weights import (
     mha_params_to_keras,
     mha_params_to_torch,
     to_sdpa_mask,
-    to_torch_gru,
-    to_torch_mha,
     to_torch_mha_mask,
 )
 
 __all__ = [
-    "get_params_numpy",
+    "get_params",
     "gru_params_from_keras",
     "gru_params_from_torch",
     "gru_params_to_keras",
     "gru_params_to_torch",
     "mha_params_to_keras",
     "mha_params_to_torch",
-    "set_params_numpy",
+    "set_params",
     "to_keras_gru",
     "to_keras_mask",
     "to_keras_mha",
     "to_sdpa_mask",
-    "to_torch_gru",
-    "to_torch_mha",
     "to_torch_mha_mask",
 ]
 
 
-def _slots(module):
-    """Canonical name -> (variable, stored transposed?)."""
-    if not hasattr(module, "_param_slots"):
-        raise TypeError(
-            f"get_params_numpy works on MultiHeadAttention, GRU, Encoder and "
-            f"Decoder, got {type(module).__name__}"
-        )
-    return module._param_slots()
+def get_params(layer) -> dict:
+    """A copy of a course layer's parameters: {name: float64 array}, (in, out)."""
+    return {name: np.array(v.numpy(), dtype=np.float64)
+            for name, v in checks.course_params(layer).items()}
 
 
-def get_params_numpy(module) -> dict:
-    """A layer's weights as {name: float64 array} in the canonical layout."""
-    return {k: np.array(v.numpy().T if t else v.numpy(), dtype=np.float64)
-            for k, (v, t) in _slots(module).items()}
+def set_params(layer, params: dict) -> None:
+    """Assign {name: array} (as get_params returns) to the layer's variables.
 
-
-def set_params_numpy(module, params: dict) -> None:
-    """Assign {name: array} (canonical layout) to a layer's variables."""
-    slots = _slots(module)
-    checks.check_weight_keys(list(slots), params)
-    for name, (var, transposed) in slots.items():
-        value = np.asarray(params[name])
-        shape = tuple(var.shape[::-1] if transposed else var.shape)
-        checks.check_weight(name, value.shape, shape)
-        var.assign((value.T if transposed else value).astype(var.dtype))
+    ``params`` needs exactly the layer's names, each a float array of the
+    layer's shape; anything else raises ValueError (TypeError for integer
+    arrays) naming the key and the shapes, and changes nothing.
+    """
+    current = checks.course_params(layer)
+    params = {name: np.asarray(v) for name, v in params.items()}
+    checks.param_dict({k: checks.shape_of(v) for k, v in current.items()}, params)
+    for name, value in params.items():
+        current[name].assign(value.astype(current[name].dtype))
 
 
 def to_keras_mha(params: dict, num_heads: int):
@@ -103,18 +93,6 @@ def to_keras_gru(params: dict):
 
 
 def to_keras_mask(mask):
-    """Our mask -> keras.layers.MultiHeadAttention's attention_mask (tf bool).
-
-    Keras also means True = attend, so only the shape changes: (batch|1,
-    n_q|1, n_k), one mask shared by all heads; a 3-D mask is (batch, n_q, n_k)
-    already. A per-head mask cannot be expressed and raises ValueError.
-    A fully masked row: Keras gives zero weights when it returns the scores,
-    but its fused path (return_attention_scores=False) averages all values.
-    """
-    mask = tf.convert_to_tensor(mask)
-    checks.check_mask_rank(checks.shape_of(mask), checks.dtype_name(mask))
-    if mask.shape.rank == 3:
-        return mask
-    mask = tf.reshape(mask, (1,) * (4 - mask.shape.rank) + tuple(mask.shape))
-    checks.check_shared_heads(checks.shape_of(mask), "keras.layers.MultiHeadAttention")
-    return mask[:, 0]
+    """Our mask -> keras.layers.MultiHeadAttention's attention_mask, a tf bool
+    tensor; see ``attncourse.numpy.to_keras_mask`` (same conversion)."""
+    return tf.constant(neutral.to_keras_mask(np.asarray(mask)))

@@ -1,7 +1,9 @@
-"""PyTorch implementations.
+"""attncourse.torch -- the PyTorch implementations.
 
-Same names and signatures as the sibling modules ``attncourse.numpy``,
-``attncourse.tf`` and ``attncourse.torch``; see ``attncourse`` for the
+Functions take and return torch tensors (differentiable with autograd); the
+layers are torch.nn.Modules whose parameters exist from construction. Same
+names and signatures as ``attncourse.numpy``, plus the torch-only builders
+(``to_torch_mha``, ``to_torch_gru``) and training. See ``attncourse`` for the
 shape and mask conventions.
 """
 

@@ -21,8 +21,7 @@ def sequence_mask(valid_lens, num_keys):
     one length per query.
     """
     valid_lens = torch.as_tensor(valid_lens)
-    checks.check_valid_lens_rank(checks.shape_of(valid_lens))
-    checks.check_count("num_keys", num_keys)
+    checks.sequence_mask_inputs(valid_lens, num_keys)
     if valid_lens.dim() == 1:
         valid_lens = valid_lens[:, None]
     positions = torch.arange(int(num_keys), device=valid_lens.device)
@@ -36,8 +35,7 @@ def causal_mask(num_queries, num_keys=None):
     (the diagonal included), so no position sees the future.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    checks.check_count("num_queries", num_queries)
-    checks.check_count("num_keys", num_keys)
+    checks.causal_mask_inputs(num_queries, num_keys)
     keys = torch.arange(int(num_keys))[None, :]
     return keys <= torch.arange(int(num_queries))[:, None]
 
@@ -56,12 +54,10 @@ def masked_softmax(scores, mask=None):
     with -inf instead would give 0/0 = NaN for such rows.)
     """
     scores = torch.as_tensor(scores)
-    checks.check_float("scores", scores)
+    mask = None if mask is None else torch.as_tensor(mask, device=scores.device)
+    checks.softmax_inputs(scores, mask)
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    mask = torch.as_tensor(mask, device=scores.device)
-    checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
-                      checks.shape_of(scores))
     fill = torch.finfo(scores.dtype).min
     weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
     return weights * mask.to(scores.dtype)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from attncourse import checks
+from attncourse.numpy.multihead import mha_param_shapes
 
 from .masking import masked_softmax
 
@@ -28,9 +29,8 @@ def split_heads(x, num_heads):
     Head i gets features i * d_head ... (i + 1) * d_head - 1.
     """
     x = torch.as_tensor(x)
-    checks.check_rank("x", checks.shape_of(x), 3, "(batch, n, d_model)")
+    checks.split_heads_input(x, num_heads)
     batch, n, d_model = x.shape
-    checks.check_heads(d_model, num_heads)
     return x.reshape(batch, n, num_heads, d_model // num_heads).transpose(1, 2)
 
 
@@ -51,7 +51,7 @@ def _head_mask(mask, device):
 
 
 def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
-    """Multi-head scaled dot-product attention with the weights in ``params``.
+    """Multi-head scaled dot-product attention with the parameters ``params``.
 
     params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
     d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
@@ -61,19 +61,16 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
     """
     queries, keys, values = (torch.as_tensor(t) for t in (queries, keys, values))
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        checks.check_float(name, t)
-    checks.check_qkv(*(checks.shape_of(t) for t in (queries, keys, values)))
-    checks.check_mha_params({k: tuple(v.shape) for k, v in params.items()},
-                            *(checks.shape_of(t) for t in (queries, keys, values)),
-                            num_heads)
-    params = {k: torch.as_tensor(v).to(queries) for k, v in params.items()}
-    q, k, v = (_project(x, params, c) for x, c in
-               ((queries, "q"), (keys, "k"), (values, "v")))
-    q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    p = {name: torch.as_tensor(v).to(queries) for name, v in params.items()}
+    q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     weights = masked_softmax(scores, _head_mask(mask, scores.device))
-    return _project(merge_heads(weights @ v), params, "o"), weights
+    heads = weights @ v                                    # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    return outputs, weights
 
 
 def _project(x, params, c):
@@ -87,35 +84,25 @@ class MultiHeadAttention(nn.Module):
 
     input_dims = (d_q_in, d_k_in, d_v_in) is required: the weights are created
     here. d_out defaults to d_model. ``layer.params`` is an nn.ParameterDict
-    (glorot-uniform matrices, zero biases).
+    (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
     def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
                  input_dims=None):
         super().__init__()
-        checks.check_positive("d_model", d_model)
-        checks.check_heads(d_model, num_heads)
+        self.input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
+                                                  input_dims_required=True)
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias = use_bias
-        self.input_dims = checks.check_input_dims(input_dims)
-        shapes = dict(zip(("W_q", "W_k", "W_v"),
-                          ((d, d_model) for d in self.input_dims), strict=True))
-        shapes["W_o"] = (d_model, self.d_out)
-        if use_bias:
-            shapes.update({f"b_{c}": (d_model,) for c in "qkv"})
-            shapes["b_o"] = (self.d_out,)
+        shapes = mha_param_shapes(self.input_dims, d_model, self.d_out, use_bias)
         self.params = nn.ParameterDict(
-            {k: nn.Parameter(torch.empty(s)) for k, s in shapes.items()})
-        for k, p in self.params.items():
-            if k.startswith("b"):
+            {name: nn.Parameter(torch.empty(shape)) for name, shape in shapes.items()})
+        for name, p in self.params.items():
+            if name.startswith("b"):
                 nn.init.zeros_(p)
             else:
                 nn.init.xavier_uniform_(p)
-
-    def _param_slots(self):
-        """name -> (parameter, transposed?) for attncourse.torch.get_params_numpy."""
-        return {k: (p, False) for k, p in self.params.items()}
 
     def forward(self, queries, keys, values, attention_mask=None,
                 return_weights=False):

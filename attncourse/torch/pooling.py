@@ -20,13 +20,10 @@ __all__ = [
 ]
 
 
-def _floats(**tensors):
-    """Tensors from the named inputs, checked to be floats of one dtype."""
-    out = {k: torch.as_tensor(v) for k, v in tensors.items()}
-    for name, x in out.items():
-        checks.check_float(name, x)
-    checks.check_same_dtype(**out)
-    return tuple(out.values())
+def _tensors(*xs, device=None):
+    """Tensors from the arguments (None stays None), on ``device`` if given."""
+    return tuple(None if x is None else torch.as_tensor(x, device=device)
+                 for x in xs)
 
 
 def soft_attention(scores, values, mask=None):
@@ -41,23 +38,17 @@ def soft_attention(scores, values, mask=None):
     Returns (outputs (batch, num_queries, d_v), weights). Fully masked rows get
     zero weights and therefore zero outputs.
     """
-    scores, values = _floats(scores=scores, values=values)
-    checks.check_scores_values(checks.shape_of(scores), checks.shape_of(values))
-    weights = masked_softmax(scores, mask)
-    return weights @ values, weights
+    scores, values = _tensors(scores, values)
+    checks.soft_attention_inputs(scores, values)
+    weights = masked_softmax(scores, mask)  # (batch, num_queries, num_keys)
+    return weights @ values, weights        # (batch, num_queries, d_v)
 
 
-def _combine(mask, valid_lens, scores_shape, device):
-    """AND of an explicit mask and a sequence_mask from valid_lens (or None)."""
-    if mask is not None:
-        mask = torch.as_tensor(mask, device=device)
-        checks.check_mask(checks.shape_of(mask), checks.dtype_name(mask),
-                          scores_shape)
+def _with_lengths(mask, valid_lens, num_keys):
+    """mask AND sequence_mask(valid_lens, num_keys); either may be None."""
     if valid_lens is None:
         return mask
-    valid_lens = torch.as_tensor(valid_lens, device=device)
-    checks.check_valid_lens(checks.shape_of(valid_lens), *scores_shape[:2])
-    lens_mask = sequence_mask(valid_lens, scores_shape[-1])
+    lens_mask = sequence_mask(valid_lens, num_keys)
     return lens_mask if mask is None else mask & lens_mask
 
 
@@ -73,14 +64,15 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     (b, nq, nk)). Unlike F.scaled_dot_product_attention, a fully masked row
     gives zero outputs, not NaN.
     """
-    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
-    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
-                     checks.shape_of(values), same_feature_size=True)
+    queries, keys, values = _tensors(queries, keys, values)
+    mask, valid_lens = _tensors(mask, valid_lens, device=queries.device)
+    checks.attention_inputs(queries, keys, values, mask, valid_lens,
+                            same_feature_size=True)
     if scale is None:
-        scores = scaled_dot_score(queries, keys)
+        scores = scaled_dot_score(queries, keys)  # (b, nq, nk)
     else:
         scores = dot_score(queries, keys) * scale
-    mask = _combine(mask, valid_lens, checks.shape_of(scores), scores.device)
+    mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
 
@@ -96,13 +88,13 @@ def key_value_attention(queries, keys, values, score_fn, mask=None,
     "Normal mode" is keys = values = X: the same vectors are compared with
     the query and averaged (as in keras.layers.Attention without a key).
     """
-    queries, keys, values = _floats(queries=queries, keys=keys, values=values)
-    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
-                     checks.shape_of(values))
-    scores = torch.as_tensor(score_fn(queries, keys))
-    expected = (values.shape[0], queries.shape[1], values.shape[1])
-    checks.check_scores_shape(checks.shape_of(scores), expected)
-    mask = _combine(mask, valid_lens, expected, scores.device)
+    queries, keys, values = _tensors(queries, keys, values)
+    mask, valid_lens = _tensors(mask, valid_lens, device=queries.device)
+    checks.attention_inputs(queries, keys, values, mask, valid_lens)
+    scores = torch.as_tensor(score_fn(queries, keys))  # (b, nq, nk)
+    checks.check_scores_shape(checks.shape_of(scores),
+                              (values.shape[0], queries.shape[1], values.shape[1]))
+    mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
 
@@ -120,10 +112,9 @@ def hard_attention(weights, values, mode="argmax", generator=None):
     weights, only log_probs does -- which is what REINFORCE needs. Rows with
     all-zero weights (fully masked) give output 0, index 0 and log_prob 0.
     """
-    checks.check_hard_mode(mode, generator is not None)
-    checks.check_generator(generator, torch.Generator, "torch.Generator")
-    weights, values = _floats(weights=weights, values=values)
-    checks.check_scores_values(checks.shape_of(weights), checks.shape_of(values))
+    weights, values = _tensors(weights, values)
+    checks.hard_attention_inputs(weights, values, mode, generator,
+                                 torch.Generator, "torch.Generator")
     positive = weights > 0
     logw = torch.log(torch.where(positive, weights, torch.ones_like(weights)))
     with torch.no_grad():

@@ -46,6 +46,5 @@ class PositionalEncoding(nn.Module):
     def forward(self, x):
         """x (batch, n, d_model) -> x + PE[:n], same shape."""
         x = torch.as_tensor(x)
-        checks.check_sequence("inputs", checks.shape_of(x), "d_model", self.d_model)
-        checks.check_positions(x.shape[1], self.max_len)
+        checks.positional_input(x, self.d_model, self.max_len)
         return x + self.table[: x.shape[1]].to(x.dtype)

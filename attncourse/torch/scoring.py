@@ -2,7 +2,7 @@
 
 Every function maps queries (batch, num_queries, d_q) and keys
 (batch, num_keys, d_k) to scores (batch, num_queries, num_keys), one number
-per (query, key) pair. Weights are cast to the queries' dtype.
+per (query, key) pair. Parameters are cast to the queries' dtype.
 """
 
 import math
@@ -21,24 +21,15 @@ __all__ = [
 ]
 
 
-def _prepare(queries, keys, same_feature_size=False):
-    queries, keys = torch.as_tensor(queries), torch.as_tensor(keys)
-    checks.check_float("queries", queries)
-    checks.check_float("keys", keys)
-    checks.check_same_dtype(queries=queries, keys=keys)
-    checks.check_qkv(checks.shape_of(queries), checks.shape_of(keys),
-                     same_feature_size=same_feature_size)
-    return queries, keys
+def _tensors(*xs):
+    """Tensors from the arguments (a Python number becomes a float)."""
+    return tuple(torch.as_tensor(float(x) if isinstance(x, int | float) else x)
+                 for x in xs)
 
 
-def _weight(name, w, expected, like):
-    """Validate a weight and cast it to the inputs' dtype and device."""
-    if isinstance(w, int | float):
-        w = float(w)
-    w = torch.as_tensor(w)
-    checks.check_float(name, w)
-    checks.check_weight(name, checks.shape_of(w), expected)
-    return w.to(dtype=like.dtype, device=like.device)
+def _like(queries, *params):
+    """The parameters cast to the queries' dtype and device."""
+    return tuple(p.to(dtype=queries.dtype, device=queries.device) for p in params)
 
 
 def dot_score(queries, keys):
@@ -46,7 +37,8 @@ def dot_score(queries, keys):
 
     Needs d_q == d_k.
     """
-    queries, keys = _prepare(queries, keys, same_feature_size=True)
+    queries, keys = _tensors(queries, keys)
+    checks.score_inputs(queries, keys, same_feature_size=True)
     return queries @ keys.transpose(-1, -2)
 
 
@@ -56,7 +48,8 @@ def scaled_dot_score(queries, keys):
     For q and k with iid unit-variance entries, q . k has variance d_k; the
     division brings it back to 1, so the softmax does not saturate.
     """
-    queries, keys = _prepare(queries, keys, same_feature_size=True)
+    queries, keys = _tensors(queries, keys)
+    checks.score_inputs(queries, keys, same_feature_size=True)
     return queries @ keys.transpose(-1, -2) / math.sqrt(keys.shape[-1])
 
 
@@ -71,13 +64,12 @@ def additive_score(queries, keys, W_q, W_k, w_v):
     [q; k] W = q W_q + k W_k, so tanh(Linear([q; k])) = tanh(q W_q + k W_k);
     summing the h features is w_v = ones(h).
     """
-    queries, keys = _prepare(queries, keys)
-    W_q = _weight("W_q", W_q, (queries.shape[-1], None), queries)
-    h = W_q.shape[-1]
-    W_k = _weight("W_k", W_k, (keys.shape[-1], h), queries)
-    w_v = _weight("w_v", w_v, (h,), queries)
-    features = torch.tanh((queries @ W_q)[:, :, None, :] + (keys @ W_k)[:, None, :, :])
-    return features @ w_v
+    queries, keys, W_q, W_k, w_v = _tensors(queries, keys, W_q, W_k, w_v)
+    checks.additive_score_inputs(queries, keys, W_q, W_k, w_v)
+    W_q, W_k, w_v = _like(queries, W_q, W_k, w_v)
+    features = torch.tanh((queries @ W_q)[:, :, None, :]      # (b, nq, 1, h)
+                          + (keys @ W_k)[:, None, :, :])      # (b, 1, nk, h)
+    return features @ w_v                                     # (b, nq, nk)
 
 
 def concat_score(queries, keys, w, b=None):
@@ -90,13 +82,13 @@ def concat_score(queries, keys, w, b=None):
     for every key, and softmax over keys ignores constants, so the attention
     weights depend on the keys only -- every query attends the same way.
     """
-    queries, keys = _prepare(queries, keys)
+    queries, keys, w = _tensors(queries, keys, w)
+    b = None if b is None else _tensors(b)[0]
+    checks.concat_score_inputs(queries, keys, w, b)
+    (w,) = _like(queries, w)
     d_q = queries.shape[-1]
-    w = _weight("w", w, (d_q + keys.shape[-1],), queries)
     scores = (queries @ w[:d_q])[:, :, None] + (keys @ w[d_q:])[:, None, :]
-    if b is not None:
-        scores = scores + _weight("b", b, (), queries)
-    return scores
+    return scores if b is None else scores + _like(queries, b)[0]
 
 
 def bilinear_score(queries, keys, W):
@@ -104,8 +96,9 @@ def bilinear_score(queries, keys, W):
 
     queries (b, nq, d_q), keys (b, nk, d_k), W (d_q, d_k) -> (b, nq, nk).
     """
-    queries, keys = _prepare(queries, keys)
-    W = _weight("W", W, (queries.shape[-1], keys.shape[-1]), queries)
+    queries, keys, W = _tensors(queries, keys, W)
+    checks.bilinear_score_inputs(queries, keys, W)
+    (W,) = _like(queries, W)
     return (queries @ W) @ keys.transpose(-1, -2)
 
 
@@ -115,7 +108,8 @@ def cosine_score(queries, keys, eps=1e-8):
     queries (b, nq, d), keys (b, nk, d) -> (b, nq, nk). eps keeps zero
     vectors finite (score 0, finite gradient).
     """
-    queries, keys = _prepare(queries, keys, same_feature_size=True)
+    queries, keys = _tensors(queries, keys)
+    checks.score_inputs(queries, keys, same_feature_size=True)
     return _unit(queries, eps) @ _unit(keys, eps).transpose(-1, -2)
 
 

@@ -71,10 +71,10 @@ def _uniform_param(shape, bound):
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
-def _linear_slots(name, layer):
-    """Canonical name -> (parameter, transposed?) for an nn.Linear: torch
-    stores weight (out, in), the canonical W is (in, out)."""
-    return {f"{name}.W": (layer.weight, True), f"{name}.b": (layer.bias, False)}
+def _linear_params(name, layer):
+    """An nn.Linear as name.W (in, out) and name.b: torch stores weight as
+    (out, in), so name.W is the view weight.T (writing it writes weight)."""
+    return {f"{name}.W": layer.weight.T, f"{name}.b": layer.bias}
 
 
 class GRU(nn.Module):
@@ -93,9 +93,6 @@ class GRU(nn.Module):
             k: _uniform_param(s, bound)
             for k, s in gru_param_shapes(input_dim, hidden_dim).items()
         })
-
-    def _param_slots(self):
-        return {k: (p, False) for k, p in self.params.items()}
 
     def forward(self, inputs, state=None, valid_lens=None):
         """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
@@ -122,10 +119,11 @@ class Encoder(nn.Module):
         self.embedding = _embedding(vocab_size, embed_dim)
         self.gru = GRU(embed_dim, hidden_dim)
 
-    def _param_slots(self):
-        slots = {"embedding": (self.embedding.weight, False)}
-        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
-        return slots
+    @property
+    def params(self) -> dict:
+        """name -> tensor: embedding (vocab, embed), gru.* (canonical GRU)."""
+        return {"embedding": self.embedding.weight,
+                **{f"gru.{k}": v for k, v in self.gru.params.items()}}
 
     def forward(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -142,8 +140,8 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """A GRU decoder with one of five attention types.
 
-    See ``attncourse.numpy.seq2seq.Decoder`` for the weights' names and
-    shapes and for style2, the old PyTorch tutorial's decoder, whose weights
+    See ``attncourse.numpy.seq2seq.Decoder`` for the parameters' names and
+    shapes and for "location", the old PyTorch tutorial's decoder, whose weights
     never look at the encoder outputs' content (only at the input token and
     the previous state); here its padded positions are masked and the weights
     renormalised over the real tokens.
@@ -162,7 +160,7 @@ class Decoder(nn.Module):
         self.gru = GRU(embed_dim, hidden_dim)
         self.combine = nn.Linear(*shapes["combine.W"])
         self.out = nn.Linear(hidden_dim, vocab_size)
-        if attention == "style2":
+        if attention == "location":
             self.attn = nn.Linear(*shapes["attn.W"])
         else:
             self.attn = nn.ParameterDict({
@@ -170,16 +168,18 @@ class Decoder(nn.Module):
                 for k, s in shapes.items() if k.startswith("attn.")
             })
 
-    def _param_slots(self):
-        slots = {"embedding": (self.embedding.weight, False)}
-        slots.update({f"gru.{k}": s for k, s in self.gru._param_slots().items()})
-        slots.update(_linear_slots("combine", self.combine))
-        slots.update(_linear_slots("out", self.out))
-        if self.attention == "style2":
-            slots.update(_linear_slots("attn", self.attn))
+    @property
+    def params(self) -> dict:
+        """name -> tensor in (in, out) layout, as in decoder_param_shapes."""
+        params = {"embedding": self.embedding.weight,
+                  **{f"gru.{k}": v for k, v in self.gru.params.items()},
+                  **_linear_params("combine", self.combine),
+                  **_linear_params("out", self.out)}
+        if self.attention == "location":
+            params.update(_linear_params("attn", self.attn))
         else:
-            slots.update({f"attn.{k}": (p, False) for k, p in self.attn.items()})
-        return slots
+            params.update({f"attn.{k}": v for k, v in self.attn.items()})
+        return params
 
     def step(self, tokens, state, enc_outputs, src_mask=None):
         """One step: tokens (batch,) int, state (batch, H), enc_outputs
@@ -188,18 +188,23 @@ class Decoder(nn.Module):
         src_len))."""
         tokens, state, enc_outputs = (torch.as_tensor(t) for t in
                                       (tokens, state, enc_outputs))
-        mask = self._check(tokens, state, enc_outputs, src_mask)
-        emb = self.embedding(tokens)
-        if self.attention.startswith("luong"):
-            state = gru_step(emb, state, self.gru.params)
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        if src_mask is not None:
+            src_mask = torch.as_tensor(src_mask, device=enc_outputs.device)
+        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
+                                   hidden_dim=self.hidden_dim,
+                                   attention=self.attention,
+                                   max_src_len=self.max_src_len)
+        emb = self.embedding(tokens)                                   # (batch, E)
+        if self.attention.startswith("luong"):  # update, then attend with s_t
+            state = gru_step(emb, state, self.gru.params)              # (batch, H)
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             hidden = torch.tanh(self.combine(torch.cat([context, state], -1)))
-        else:
-            context, weights = self._attend(state, emb, enc_outputs, mask)
+        else:  # attend with s_{t-1}, then update
+            context, weights = self.attend(state, emb, enc_outputs, src_mask)
             x = self.combine(torch.cat([emb, context], -1))
-            if self.attention == "style2":
+            if self.attention == "location":
                 x = torch.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)
+            state = hidden = gru_step(x, state, self.gru.params)       # (batch, H)
         return self.out(hidden), state, weights
 
     def forward(self, targets_in, state, enc_outputs, src_mask=None):
@@ -216,33 +221,21 @@ class Decoder(nn.Module):
             weights.append(w)
         return torch.stack(logits, 1), torch.stack(weights, 1)
 
-    def _check(self, tokens, state, enc_outputs, src_mask):
-        checks.check_tokens("tokens", tokens, "(batch,)", 1)
-        enc_shape = checks.shape_of(enc_outputs)
-        checks.check_sequence("enc_outputs", enc_shape, "hidden_dim",
-                              self.hidden_dim)
-        batch, src_len = enc_shape[:2]
-        checks.check_shape("state", checks.shape_of(state),
-                           (batch, self.hidden_dim), "(batch, hidden_dim)")
-        checks.check_shape("tokens", checks.shape_of(tokens), (batch,), "(batch,)")
-        if self.attention == "style2":
-            checks.check_src_len(src_len, self.max_src_len)
-        if src_mask is None:
-            return None
-        src_mask = torch.as_tensor(src_mask, device=enc_outputs.device)
-        checks.check_src_mask(src_mask, enc_shape)
-        return src_mask[:, None, :]  # (batch, 1, src_len): one query
+    def attend(self, query, emb, enc_outputs, src_mask=None):
+        """Context (batch, H) and weights (batch, src_len) for one query (batch, H).
 
-    def _attend(self, query, emb, enc_outputs, mask):
-        """context (batch, H) and weights (batch, src_len) for one query."""
-        scores = self._scores(query[:, None, :], emb, enc_outputs)
+        emb (batch, E) is the embedded input token (the location scores read
+        it); src_mask bool (batch, src_len), True = real token.
+        """
+        scores = self.attention_scores(query[:, None, :], emb, enc_outputs)
+        mask = None if src_mask is None else src_mask[:, None, :]  # one query
         context, weights = soft_attention(scores, enc_outputs, mask)
         return context[:, 0], weights[:, 0]
 
-    def _scores(self, q, emb, enc):
-        """Scores (batch, 1, src_len) of the query q (batch, 1, H)."""
+    def attention_scores(self, q, emb, enc):
+        """Scores (batch, 1, src_len) of the query q (batch, 1, H) over enc."""
         kind, a = self.attention, self.attn
-        if kind == "style1":
+        if kind == "scaled_dot":
             return scaled_dot_score(q, enc)
         if kind == "bahdanau":
             return additive_score(q, enc, a["W_q"], a["W_k"], a["w_v"])
@@ -250,7 +243,7 @@ class Decoder(nn.Module):
             return dot_score(q, enc)
         if kind == "luong_general":
             return bilinear_score(q, enc, a["W"])
-        # style2: a linear map of [embedding; h_prev]; enc gives only its length
+        # location: a linear map of [embedding; h_prev]; enc gives only its length
         logits = self.attn(torch.cat([emb, q[:, 0]], -1))
         return logits[:, None, : enc.shape[1]]
 

@@ -15,7 +15,7 @@ import attncourse.torch as atorch
 
 FW = {"tf": (atf, to_tf), "torch": (atorch, to_torch)}
 SETTINGS = settings(max_examples=25, deadline=None)
-SELF = ("CustomAttention", "CustomAttentionDense")
+SELF = ("SelfAttention", "SelfAttentionDense")
 TWO = ("CrossAttention", "StatisticalAttention")
 
 
@@ -25,7 +25,7 @@ def make(mod, name, d_k, d_v, dims):
 
 
 def copy_weights(src, dst_mod, dst):
-    dst_mod.set_weights_numpy(dst, anp.get_weights_numpy(src))
+    dst_mod.set_params(dst, anp.get_params(src))
 
 
 def maybe(conv, x):
@@ -71,15 +71,15 @@ def _parity(name, problem):
 
 
 @SETTINGS
-@given(layer_problems("CustomAttention"))
+@given(layer_problems("SelfAttention"))
 def test_custom_attention_parity(problem):
-    _parity("CustomAttention", problem)
+    _parity("SelfAttention", problem)
 
 
 @SETTINGS
-@given(layer_problems("CustomAttentionDense"))
+@given(layer_problems("SelfAttentionDense"))
 def test_custom_attention_dense_parity(problem):
-    _parity("CustomAttentionDense", problem)
+    _parity("SelfAttentionDense", problem)
 
 
 @SETTINGS
@@ -96,7 +96,7 @@ def test_statistical_attention_parity(problem):
 
 def test_numpy_layer_is_the_formula(rng):
     x = rng.normal(size=(2, 4, 3))
-    layer = anp.CustomAttention(5, 6, 3, seed=1)
+    layer = anp.SelfAttention(5, 6, 3, seed=1)
     q, k, v = x @ layer.W_q, x @ layer.W_k, x @ layer.W_v
     w = anp.masked_softmax(q @ k.transpose(0, 2, 1) / np.sqrt(5))
     np.testing.assert_allclose(layer(x), w @ v)
@@ -105,7 +105,7 @@ def test_numpy_layer_is_the_formula(rng):
 def test_statistical_attention_is_q_from_b_k_from_a_v_from_both(rng):
     a, b = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 4, 2))
     layer = anp.StatisticalAttention(5, 6, 3, 2)
-    assert {k: v.shape for k, v in anp.get_weights_numpy(layer).items()} == {
+    assert {k: v.shape for k, v in anp.get_params(layer).items()} == {
         "W_q": (2, 5), "W_k": (3, 5), "W_v": (5, 6)}
     ref = anp.scaled_dot_product_attention(
         b @ layer.W_q, a @ layer.W_k, np.concatenate([a, b], -1) @ layer.W_v)[0]
@@ -141,7 +141,7 @@ def test_layer_gradients_agree(name, seed):
     tf_layer = make(atf, name, 4, d_v, dims)
     copy_weights(ref, atf, tf_layer)
     xs = [to_tf(x) for x in inputs]
-    kernels = list(tf_layer.kernels().values())
+    kernels = list(tf_layer.params.values())
     with tf.GradientTape() as tape:
         tape.watch(xs)
         loss = tf.reduce_sum(tf_layer(*xs, attention_mask=to_tf(mask)) * to_tf(cot))
@@ -175,12 +175,19 @@ def test_keras_summary_shape_and_params(name):
 
 
 def test_keras_weight_names_and_initializer():
-    layer = atf.CustomAttention(3, 4, input_dim=5)
+    layer = atf.SelfAttention(3, 4, input_dim=5)
     assert [w.name for w in layer.weights] == ["W_q", "W_k", "W_v"]
     assert [tuple(w.shape) for w in layer.weights] == [(5, 3), (5, 3), (5, 4)]
-    limit = np.sqrt(6 / (5 + 3))
-    assert np.all(np.abs(layer.W_q.numpy()) <= limit)
-    dense = atf.CustomAttentionDense(3, 4, input_dim=5)
+    # Glorot-uniform: inside +-sqrt(6 / (fan_in + fan_out)) and spread over it
+    # (std limit / sqrt(3)); all-zero or constant weights fail. 50 draws.
+    scaled = []
+    for w in layer.weights:
+        limit = np.sqrt(6 / sum(w.shape))
+        assert np.all(np.abs(w.numpy()) <= limit), w.name
+        scaled.append(w.numpy().ravel() / limit)
+    scaled = np.concatenate(scaled)
+    assert 0.4 < scaled.std() < 0.75 and np.abs(scaled).max() > 0.5, scaled
+    dense = atf.SelfAttentionDense(3, 4, input_dim=5)
     assert [sub.name for sub in (dense.W_q, dense.W_k, dense.W_v)] == \
         ["W_q", "W_k", "W_v"]
     assert dense.W_q.use_bias is False and dense.count_params() == 5 * 3 * 2 + 5 * 4
@@ -191,7 +198,7 @@ def test_keras_get_config_roundtrip(name):
     dims = (5,) if name in SELF else (5, 6)
     layer = make(atf, name, 3, 4, dims)
     clone = type(layer).from_config(layer.get_config())
-    assert atf.get_weights_numpy(clone).keys() == atf.get_weights_numpy(layer).keys()
+    assert atf.get_params(clone).keys() == atf.get_params(layer).keys()
     for key in ("d_k", "d_v", "input_dim"):
         assert clone.get_config()[key] == layer.get_config()[key]
 
@@ -201,7 +208,7 @@ def test_keras_builds_lazily_from_first_call(rng):
     assert not layer.built
     out = layer(to_tf(rng.normal(size=(2, 5, 7))), to_tf(rng.normal(size=(2, 6, 8))))
     assert tuple(out.shape) == (2, 5, 4)
-    assert {k: v.shape for k, v in atf.get_weights_numpy(layer).items()} == {
+    assert {k: v.shape for k, v in atf.get_params(layer).items()} == {
         "W_q": (7, 3), "W_k": (8, 3), "W_v": (8, 4)}
 
 
@@ -215,22 +222,22 @@ def test_keras_functional_two_inputs_with_weights():
 
 
 def test_torch_requires_input_dim():
-    for cls in (atorch.CustomAttention, atorch.CustomAttentionDense,
+    for cls in (atorch.SelfAttention, atorch.SelfAttentionDense,
                 atorch.CrossAttention, atorch.StatisticalAttention):
         with pytest.raises(ValueError, match="input_dim is required"):
             cls(3, 4)
 
 
 def test_torch_linear_stores_transposed_weight():
-    layer = atorch.CustomAttentionDense(3, 4, input_dim=5)
+    layer = atorch.SelfAttentionDense(3, 4, input_dim=5)
     assert tuple(layer.W_q.weight.shape) == (3, 5)  # (out, in)
-    assert atorch.get_weights_numpy(layer)["W_q"].shape == (5, 3)  # (in, out)
+    assert atorch.get_params(layer)["W_q"].shape == (5, 3)  # (in, out)
     assert sum(p.numel() for p in layer.parameters()) == 5 * 3 * 2 + 5 * 4
-    plain = atorch.CustomAttention(3, 4, input_dim=5)
+    plain = atorch.SelfAttention(3, 4, input_dim=5)
     assert [n for n, _ in plain.named_parameters()] == ["W_q", "W_k", "W_v"]
 
 
-# --- get/set_weights_numpy -------------------------------------------------------
+# --- get/set_params -------------------------------------------------------
 
 ALL_MODS = {"numpy": anp, **{k: m for k, (m, _) in FW.items()}}
 
@@ -242,26 +249,26 @@ def test_weights_roundtrip_and_seed(fw, name, rng):
     dims = (5,) if name in SELF else (5, 6)
     layer = make(mod, name, 3, 4, dims)
     new = {k: rng.normal(size=v.shape) for k, v in
-           mod.get_weights_numpy(layer).items()}
-    mod.set_weights_numpy(layer, new)
-    for k, v in mod.get_weights_numpy(layer).items():
+           mod.get_params(layer).items()}
+    mod.set_params(layer, new)
+    for k, v in mod.get_params(layer).items():
         np.testing.assert_allclose(v, new[k], rtol=1e-6)
-    a = mod.get_weights_numpy(getattr(mod, name)(3, 4, *dims, seed=7))
-    b = mod.get_weights_numpy(getattr(mod, name)(3, 4, *dims, seed=7))
+    a = mod.get_params(getattr(mod, name)(3, 4, *dims, seed=7))
+    b = mod.get_params(getattr(mod, name)(3, 4, *dims, seed=7))
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("fw", ALL_MODS)
 def test_set_weights_rejects_bad_dicts(fw, rng):
     mod = ALL_MODS[fw]
-    layer = mod.CustomAttention(3, 4, 5)
-    good = mod.get_weights_numpy(layer)
+    layer = mod.SelfAttention(3, 4, 5)
+    good = mod.get_params(layer)
     with pytest.raises(ValueError, match=r"exactly the keys \['W_k', 'W_q', 'W_v'\]"):
-        mod.set_weights_numpy(layer, {"W_q": good["W_q"], "W_k": good["W_k"]})
+        mod.set_params(layer, {"W_q": good["W_q"], "W_k": good["W_k"]})
     with pytest.raises(ValueError, match="got .*'W_o'"):
-        mod.set_weights_numpy(layer, {**good, "W_o": good["W_q"]})
+        mod.set_params(layer, {**good, "W_o": good["W_q"]})
     bad = {**good, "W_v": np.zeros((5, 3))}
     with pytest.raises(ValueError, match=r"weight W_v must have shape \(5, 4\), "
                                          r"got \(5, 3\)"):
-        mod.set_weights_numpy(layer, bad)
-    np.testing.assert_allclose(mod.get_weights_numpy(layer)["W_q"], good["W_q"])
+        mod.set_params(layer, bad)
+    np.testing.assert_allclose(mod.get_params(layer)["W_q"], good["W_q"])

@@ -117,7 +117,7 @@ def test_layers_agree_with_same_weights(rng, use_bias):
                                             input_dims=dims)
     for layer, (module, convert) in ((keras_layer, FRAMEWORKS["tf"]),
                                      (torch_layer, FRAMEWORKS["torch"])):
-        module.set_params_numpy(layer, anp.get_params_numpy(ref))
+        module.set_params(layer, anp.get_params(ref))
         got_out, got_w = layer(convert(q), convert(k), convert(v),
                                attention_mask=convert(mask), return_weights=True)
         assert_close(got_out, out)

@@ -53,11 +53,11 @@ def test_outputs_are_convex_combinations_of_values(fw, data, seed):
 
 
 def _self_attention(fw, x, seed, mask=None):
-    """CustomAttention of framework ``fw`` with the NumPy layer's weights."""
+    """SelfAttention of framework ``fw`` with the NumPy layer's weights."""
     mod, conv = ALL[fw]
-    ref = anp.CustomAttention(3, 2, x.shape[-1], seed=seed)
-    layer = ref if fw == "numpy" else mod.CustomAttention(3, 2, x.shape[-1])
-    mod.set_weights_numpy(layer, anp.get_weights_numpy(ref))
+    ref = anp.SelfAttention(3, 2, x.shape[-1], seed=seed)
+    layer = ref if fw == "numpy" else mod.SelfAttention(3, 2, x.shape[-1])
+    mod.set_params(layer, anp.get_params(ref))
     return to_np(layer(conv(x), attention_mask=None if mask is None else conv(mask)))
 
 

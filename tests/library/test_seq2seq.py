@@ -16,7 +16,7 @@ import attncourse.torch as atorch
 from attncourse.seed import set_seed
 
 FRAMEWORKS = {"tf": (atf, to_tf), "torch": (atorch, to_torch)}
-ATTENTIONS = ["style1", "style2", "bahdanau", "luong_dot", "luong_general"]
+ATTENTIONS = ["scaled_dot", "location", "bahdanau", "luong_dot", "luong_general"]
 V, E, H, B, S, T = 13, 4, 6, 3, 5, 4  # vocab, embed, hidden, batch, src, tgt
 LENS = np.array([5, 3, 1])
 SRC_MASK = np.arange(S)[None, :] < LENS[:, None]
@@ -29,7 +29,7 @@ def trio(cls_name, *args, **kwargs):
     twins = {}
     for name, (module, _) in FRAMEWORKS.items():
         layer = getattr(module, cls_name)(*args, **kwargs)
-        module.set_params_numpy(layer, anp.get_params_numpy(ref))
+        module.set_params(layer, anp.get_params(ref))
         twins[name] = layer
     return ref, twins
 
@@ -135,8 +135,8 @@ def test_teacher_forcing_is_a_loop_of_steps(rng):
         assert_close(weights[:, t], w)
 
 
-def test_style2_masks_positions_past_the_source(rng):
-    dec = anp.Decoder(V, E, H, "style2", max_src_len=9)
+def test_location_masks_positions_past_the_source(rng):
+    dec = anp.Decoder(V, E, H, "location", max_src_len=9)
     enc_outputs, state = encoded(rng)
     _, _, w = dec.step(np.array([1, 2, 3]), state, enc_outputs)  # no src_mask
     assert w.shape == (B, S)
@@ -150,22 +150,24 @@ def test_decoder_gradients_tf_and_torch_agree(rng):
     probe = rng.normal(size=(B, T, V))
 
     layer = twins["tf"]
-    slots = layer._param_slots()
+    params = layer.params
     with tf.GradientTape() as tape:
         enc = tf.Variable(to_tf(enc_outputs))
         logits, _ = layer(to_tf(targets), to_tf(state), enc, to_tf(SRC_MASK))
         loss = tf.reduce_sum(logits * to_tf(probe))
-    grads = tape.gradient(loss, [enc] + [v for v, _ in slots.values()])
-    tf_grads = dict(zip(["enc_outputs", *slots], grads, strict=True))
+    grads = tape.gradient(loss, [enc, *params.values()])
+    tf_grads = dict(zip(["enc_outputs", *params], grads, strict=True))
 
     module = twins["torch"]
     enc = to_torch(enc_outputs).requires_grad_()
     logits, _ = module(to_torch(targets), to_torch(state), enc, to_torch(SRC_MASK))
     (logits * to_torch(probe)).sum().backward()
     torch_grads = {"enc_outputs": enc.grad}
-    for name, (p, transposed) in module._param_slots().items():
-        torch_grads[name] = p.grad.T if transposed else p.grad
-
+    by_storage = {p.data_ptr(): p.grad for p in module.parameters()}
+    for name, t in module.params.items():
+        # a non-leaf entry is the (in, out) view weight.T of an nn.Linear weight
+        grad = by_storage[t.data_ptr()]
+        torch_grads[name] = grad if t.is_leaf else grad.T
     assert tf_grads.keys() == torch_grads.keys()
     for name, g in tf_grads.items():
         # Keras returns IndexedSlices for the embedding: densify it
@@ -173,12 +175,12 @@ def test_decoder_gradients_tf_and_torch_agree(rng):
     assert np.all(to_np(torch_grads["enc_outputs"])[~SRC_MASK] == 0)
 
 
-# --- style2 never looks at the encoder outputs ----------------------------------
+# --- location attention never looks at the encoder outputs ---------------------
 
 
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 2**16), attention=st.sampled_from(ATTENTIONS))
-def test_only_style2_weights_ignore_encoder_content(seed, attention):
+def test_only_location_weights_ignore_encoder_content(seed, attention):
     rng = np.random.default_rng(seed)
     set_seed(seed)
     dec = anp.Decoder(V, E, H, attention, max_src_len=S)
@@ -187,7 +189,7 @@ def test_only_style2_weights_ignore_encoder_content(seed, attention):
     tokens = rng.integers(0, V, size=B)
     w1 = dec.step(tokens, state, enc_outputs, SRC_MASK)[2]
     w2 = dec.step(tokens, state, other, SRC_MASK)[2]
-    if attention == "style2":
+    if attention == "location":
         assert_close(w1, w2)
     else:
         assert np.abs(w1 - w2)[SRC_MASK & (LENS > 1)[:, None]].max() > 1e-6
@@ -202,7 +204,7 @@ def test_greedy_decode_parity():
         dec_ref, dec_twins = trio("Decoder", V, E, H, attention, max_src_len=S)
         dec_ref.params["out.W"] *= 5  # clear winners: no float32 ties in argmax
         for name, (module, _) in FRAMEWORKS.items():
-            module.set_params_numpy(dec_twins[name], dec_ref.params)
+            module.set_params(dec_twins[name], dec_ref.params)
         src = np.random.default_rng(1).integers(0, V, size=(B, S))
         tokens, weights = anp.greedy_decode(enc_ref, dec_ref, src, LENS, 1, 2, 6)
         assert tokens.shape[0] == B and tokens.shape[1] <= 6
@@ -249,9 +251,15 @@ def _same_error(make_call):
     return messages[0]
 
 
-def test_style2_needs_max_src_len():
-    msg = _same_error(lambda m: m.Decoder(V, E, H, "style2"))
-    assert "max_src_len" in msg and "style2" in msg
+def test_location_needs_max_src_len():
+    msg = _same_error(lambda m: m.Decoder(V, E, H, "location"))
+    assert "max_src_len" in msg and "location" in msg
+
+
+@pytest.mark.parametrize("old,new", [("style1", "scaled_dot"), ("style2", "location")])
+def test_seed_notes_names_point_to_the_new_ones(old, new):
+    msg = _same_error(lambda m: m.Decoder(V, E, H, old, max_src_len=6))
+    assert f"unknown attention {old!r}" in msg and f"is {new!r}" in msg
 
 
 def test_unknown_attention():
@@ -264,7 +272,7 @@ def test_source_longer_than_max_src_len(rng):
 
     def call(m):
         c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
-        m.Decoder(V, E, H, "style2", max_src_len=6).step(
+        m.Decoder(V, E, H, "location", max_src_len=6).step(
             c(np.zeros(B, int)), c(state), c(enc_outputs))
 
     assert "8 source positions, more than the decoder's max_src_len=6" in (
@@ -276,7 +284,7 @@ def test_bad_state_shape(rng):
 
     def call(m):
         c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
-        m.Decoder(V, E, H, "style1").step(
+        m.Decoder(V, E, H, "scaled_dot").step(
             c(np.zeros(B, int)), c(np.zeros((B, H + 1))), c(enc_outputs))
 
     assert "state must have shape (batch, hidden_dim) = (3, 6)" in _same_error(call)

@@ -20,7 +20,7 @@ LAYERS = {
     "GRU": ((3, 4), {}),
     "Encoder": ((11, 3, 4), {}),
     **{f"Decoder-{a}": ((11, 3, 4, a), {"max_src_len": 6}) for a in
-       ("style1", "style2", "bahdanau", "luong_dot", "luong_general")},
+       ("scaled_dot", "location", "bahdanau", "luong_dot", "luong_general")},
 }
 
 
@@ -31,22 +31,22 @@ def make(module, key):
 
 @pytest.mark.parametrize("key", sorted(LAYERS))
 def test_same_names_and_shapes_everywhere_and_round_trip(rng, key):
-    ref = anp.get_params_numpy(make(anp, key))
+    ref = anp.get_params(make(anp, key))
     for name, module in FRAMEWORKS.items():
         layer = make(module, key)
-        got = module.get_params_numpy(layer)
+        got = module.get_params(layer)
         assert {k: v.shape for k, v in got.items()} == {
             k: v.shape for k, v in ref.items()}, name
         new = {k: rng.normal(size=v.shape) for k, v in ref.items()}
-        module.set_params_numpy(layer, new)
-        back = module.get_params_numpy(layer)
+        module.set_params(layer, new)
+        back = module.get_params(layer)
         for k in new:
             assert_close(back[k], new[k], what=f"{name} {k}")
 
 
 def test_torch_linear_weights_are_transposed():
-    dec = atorch.Decoder(11, 3, 4, "style2", max_src_len=6)
-    params = atorch.get_params_numpy(dec)
+    dec = atorch.Decoder(11, 3, 4, "location", max_src_len=6)
+    params = atorch.get_params(dec)
     assert params["out.W"].shape == (4, 11)  # canonical (in, out)
     assert tuple(dec.out.weight.shape) == (11, 4)  # torch (out, in)
     assert_close(params["out.W"], dec.out.weight.T)
@@ -58,7 +58,7 @@ def test_weights_move_between_frameworks(rng):
     enc_outputs = rng.normal(size=(2, 6, 4))
     keras_dec = atf.Decoder(11, 3, 4, "luong_general")
     torch_dec = atorch.Decoder(11, 3, 4, "luong_general")
-    atorch.set_params_numpy(torch_dec, atf.get_params_numpy(keras_dec))
+    atorch.set_params(torch_dec, atf.get_params(keras_dec))
     a = keras_dec(to_tf(tokens), to_tf(state), to_tf(enc_outputs))[0]
     b = torch_dec(to_torch(tokens), to_torch(state), to_torch(enc_outputs))[0]
     assert_close(a, b)
@@ -68,32 +68,62 @@ def test_weights_move_between_frameworks(rng):
 def test_set_params_rejects_wrong_keys_and_shapes(name):
     module = FRAMEWORKS[name]
     layer = make(module, "GRU")
-    params = module.get_params_numpy(layer)
+    params = module.get_params(layer)
     with pytest.raises(ValueError, match="must have exactly the keys"):
-        module.set_params_numpy(layer, {**params, "W_xq": params["W_xr"]})
+        module.set_params(layer, {**params, "W_xq": params["W_xr"]})
     with pytest.raises(ValueError, match=r"weight W_xz must have shape \(3, 4\)"):
-        module.set_params_numpy(layer, {**params, "W_xz": params["W_xz"].T})
+        module.set_params(layer, {**params, "W_xz": params["W_xz"].T})
 
 
 def test_get_params_needs_one_of_our_layers():
     for module in FRAMEWORKS.values():
-        with pytest.raises(TypeError, match="get_params_numpy works on"):
-            module.get_params_numpy(object())
+        with pytest.raises(TypeError, match="get_params and set_params work on"):
+            module.get_params(object())
 
 
 def test_unbuilt_keras_mha_has_no_params_yet():
     with pytest.raises(ValueError, match="call it once or pass input_dims"):
-        atf.get_params_numpy(atf.MultiHeadAttention(2, 8))
+        atf.get_params(atf.MultiHeadAttention(2, 8))
 
 
-@pytest.mark.parametrize("module,name", [
-    (anp, "to_keras_mha"), (anp, "to_keras_gru"), (anp, "to_torch_mha"),
-    (anp, "to_torch_gru"), (atf, "to_torch_mha"), (atf, "to_torch_gru"),
-    (atorch, "to_keras_mha"), (atorch, "to_keras_gru")])
-def test_builders_live_in_their_framework(module, name):
-    target = "attncourse.tf" if "keras" in name else "attncourse.torch"
-    with pytest.raises(NotImplementedError, match=f"use {target}.{name}"):
-        getattr(module, name)(*([{}] if "gru" in name else [{}, 2]))
+@pytest.mark.parametrize("fw", sorted(FRAMEWORKS))
+def test_one_parameter_protocol_for_every_layer(fw):
+    """Every course layer has ``params`` in the layout get_params returns, and
+    there is no second protocol (kernels(), _param_slots, *_numpy helpers)."""
+    module = FRAMEWORKS[fw]
+    layers = [make(module, key) for key in sorted(LAYERS)]
+    layers += [getattr(module, name)(3, 4, 5) for name in
+               ("SelfAttention", "SelfAttentionDense", "CrossAttention",
+                "StatisticalAttention")]
+    for layer in layers:
+        got = module.get_params(layer)
+        assert got.keys() == dict(layer.params).keys()
+        assert all(v.dtype == np.float64 for v in got.values())
+        for old in ("kernels", "_param_slots", "weight_shapes"):
+            assert not hasattr(layer, old), f"{type(layer).__name__}.{old}"
+    for old in ("get_weights_numpy", "set_weights_numpy", "get_params_numpy",
+                "set_params_numpy"):
+        assert not hasattr(module, old), old
+
+
+def test_set_params_writes_the_torch_linear_weight_transposed(rng):
+    layer = atorch.SelfAttentionDense(3, 4, input_dim=5)
+    new = {k: rng.normal(size=v.shape) for k, v in atorch.get_params(layer).items()}
+    atorch.set_params(layer, new)
+    assert_close(layer.W_v.weight, new["W_v"].T)  # torch stores (out, in)
+
+
+@pytest.mark.parametrize("fw", sorted(FRAMEWORKS))
+def test_set_params_rejects_integer_arrays_and_changes_nothing(fw, rng):
+    module = FRAMEWORKS[fw]
+    layer = make(module, "GRU")
+    before = module.get_params(layer)
+    bad = {**{k: rng.normal(size=v.shape) for k, v in before.items()},
+           "b_hn": np.zeros(4, np.int64)}
+    with pytest.raises(TypeError, match="b_hn must be a floating-point tensor"):
+        module.set_params(layer, bad)
+    for k, v in module.get_params(layer).items():
+        np.testing.assert_array_equal(v, before[k])
 
 
 # --- GRU layouts and the built-in GRUs ---------------------------------------------
