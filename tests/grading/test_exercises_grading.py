@@ -17,7 +17,6 @@ stderr. The repository is not touched.
 
 import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from support.grading import (
     expected_lost,
     make_course,
     points,
+    read_scores,
 )
 
 from grader import leaks
@@ -46,21 +46,6 @@ TIMEOUT = 1500  # seconds for one copy's whole batch
 STUDENTS = ("bug1", "bug2")  # bug3: in process only (test_exercises_bugs)
 NAMED = {"missing-scale", "softmax-axis", "inverted-mask", "transposed-weights",
          "missing-output-projection", "head-split-without-transpose"}
-
-
-def read_scores(root: Path) -> dict:
-    """(assignment, student) -> {grade_id: score} from the course's gradebook."""
-    from nbgrader.api import Gradebook
-
-    os.environ["PATH"] = environment(root)["PATH"]  # for nbgrader's `alembic`
-    scores = {}
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "attention-course") as gb:
-        for assignment in gb.assignments:
-            for sub in gb.assignment_submissions(assignment.name):
-                for nb in sub.notebooks:
-                    scores[assignment.name, sub.student.id] = {
-                        g.name: g.score for g in nb.grades}
-    return scores
 
 
 @pytest.fixture(scope="module")

@@ -618,7 +618,7 @@ def log_tail(root: Path, name="grade_all.log") -> str:
 
 
 def test_batch_completes_with_a_gradebook_row_for_every_student(graded):
-    from test_exercises_grading import read_scores
+    from support.grading import read_scores
 
     for course, root in graded["roots"].items():
         assert graded["codes"][course] == 0, log_tail(root)
@@ -667,7 +667,7 @@ def test_grading_log_and_report_files(graded):
 
 
 def test_other_students_are_unaffected(graded):
-    from test_exercises_grading import read_scores
+    from support.grading import read_scores
 
     for root in graded["roots"].values():
         assert read_scores(root)[A, "reference"] == {

@@ -215,7 +215,7 @@ def test_gate_order_matters(rng):
 
 
 def test_mha_layout_converters(rng):
-    from test_multihead import make_params
+    from support.arrays import make_params
 
     p = make_params(rng, 6, 4, 7, d_model=8, d_out=5)
     k = anp.mha_params_to_keras(p, num_heads=2)

@@ -493,3 +493,19 @@ def read_report(root: Path) -> dict:
 
     data = json.loads((root / "grading-report.json").read_text())
     return {r["student"]: r for r in data["rows"]}
+
+
+def read_scores(root: Path) -> dict:
+    """(assignment, student) -> {grade_id: score} from the course's gradebook."""
+    from nbgrader.api import Gradebook
+
+    os.environ["PATH"] = environment(root)["PATH"]  # for nbgrader's `alembic`
+    scores = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "attention-course") as gb:
+        for assignment in gb.assignments:
+            for sub in gb.assignment_submissions(assignment.name):
+                for nb in sub.notebooks:
+                    scores[assignment.name, sub.student.id] = {
+                        g.name: g.score for g in nb.grades}
+    return scores
+
