@@ -29,11 +29,10 @@ if str(ROOT) not in sys.path:
 _path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if str(ROOT) not in _path:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *_path])
-# nbgrader runs the `alembic` executable to open the gradebook: find it next to
-# this Python even when the virtual environment is not activated.
-_bin = str(Path(sys.executable).parent)
-if _bin not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
+from grader.nbgrader_cli import path_with_this_python  # noqa: E402
+
+# nbgrader runs `alembic` to open the gradebook: the one beside this Python
+os.environ["PATH"] = path_with_this_python(os.environ.get("PATH", ""))
 from nbconvert.preprocessors import (  # noqa: E402
     ClearMetadataPreprocessor,
     CSSHTMLHeaderPreprocessor,

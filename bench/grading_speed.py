@@ -50,6 +50,7 @@ import measure  # noqa: E402  (bench/ is not a package: the script's folder)
 
 from grader import notebooks as nbs  # noqa: E402
 from grader.assignments import ASSIGNMENTS  # noqa: E402
+from grader.nbgrader_cli import path_with_this_python  # noqa: E402
 from grader.parallel import kernel_env  # noqa: E402
 
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0",
@@ -103,6 +104,8 @@ def make_course(dest: Path, assignments, students: dict) -> int:
     shutil.copy(ROOT / "nbgrader_config.py", dest)
     shutil.copytree(ROOT / "attncourse", dest / "attncourse",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "grader", dest / "grader",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     count = 0
     for a in assignments:
         shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
@@ -120,8 +123,7 @@ def make_course(dest: Path, assignments, students: dict) -> int:
 def grade(root: Path, workers: int) -> dict:
     env = {**os.environ, **QUIET, "PYTHONPATH": str(root)}
     env.pop("GRADER_REFERENCE", None)
-    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic`
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PATH"] = path_with_this_python(env.get("PATH", ""))
     start = time.perf_counter()
     with open(root / "grade_all.log", "w") as log:
         code = subprocess.run(

@@ -22,13 +22,19 @@ sys.modules.setdefault("rfc3987_syntax", None)  # import -> ImportError, skipped
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def path_with_this_python(path: str) -> str:
+    """``path`` with this Python's bin folder first: nbgrader runs the ``alembic``
+    executable from PATH to open a gradebook, also when no venv is activated."""
+    bin_dir = str(Path(sys.executable).parent)
+    parts = [p for p in path.split(os.pathsep) if p and p != bin_dir]
+    return os.pathsep.join([bin_dir, *parts])
+
+
 def nbgrader_command(*args: str, env=None) -> tuple[list[str], dict]:
     """The command line and environment of ``python -m nbgrader <args>``."""
     env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONHASHSEED", "0")
-    # nbgrader runs `alembic` from PATH: use the one beside this Python
-    bin_dir = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PATH"] = path_with_this_python(env.get("PATH", ""))
     return [sys.executable, "-m", "grader.nbgrader_cli", *args], env
 
 

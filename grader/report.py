@@ -18,7 +18,6 @@ import html
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 from grader import events as _events
@@ -27,9 +26,9 @@ from grader import events as _events
 def _gradebook(db_url, course_id):
     from nbgrader.api import Gradebook
 
-    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic`
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+    from grader.nbgrader_cli import path_with_this_python
+
+    os.environ["PATH"] = path_with_this_python(os.environ.get("PATH", ""))
     return Gradebook(db_url, course_id)
 
 

@@ -42,6 +42,7 @@ from support.grading import ROOT, run_in_process, student_solutions
 
 from grader import leaks, reference
 from grader import notebooks as nbs
+from grader.nbgrader_cli import path_with_this_python
 
 pytestmark = pytest.mark.exercises
 
@@ -511,8 +512,7 @@ def make_course(dest: Path, course: str, ctx: dict) -> None:
 
 def environment(root: Path) -> dict:
     env = dict(os.environ)
-    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic`
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PATH"] = path_with_this_python(env.get("PATH", ""))
     env["PYTHONPATH"] = str(root)
     env.pop("GRADER_REFERENCE", None)
     env[SECRET_ENV] = "do-not-leak"

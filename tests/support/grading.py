@@ -11,13 +11,13 @@ import contextlib
 import io
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import attncourse  # noqa: F401  (quiet TF first)
 from grader import notebooks as nbs
 from grader import reference
+from grader.nbgrader_cli import path_with_this_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -465,8 +465,7 @@ def make_course(dest: Path, assignments) -> None:
 
 def environment(root: Path) -> dict:
     env = dict(os.environ)
-    bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` from PATH
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PATH"] = path_with_this_python(env.get("PATH", ""))
     env["PYTHONPATH"] = str(root)
     # hidden tests must find their data beside the notebook, as in real use
     env.pop("GRADER_REFERENCE", None)
