@@ -19,8 +19,22 @@
   many threads running;
 * caps each cell's output (``max_output`` characters; errors and stderr are
   never dropped entirely, so they still cost points);
-* watches the kernel's only writable host folder (its socket folder) and
-  kills a kernel that fills it.
+* takes over the verdicts of the sandbox's watchdog (``grader.sandbox``):
+  a kernel whose processes together use too much memory, or that fills its
+  socket folder or floods its tmpfs'es with files, is killed and flagged
+  (``memory``, ``disk``).
+
+It also keeps its own log of the message stream per executed cell
+(``resources["attncourse"]["stream"]``): the order of the kernel's messages,
+our reports (observations, integrity reports) as they arrived, every
+``clear_output``, display update and comm message, messages that came for a
+cell after it had finished, and whether the grader interrupted the cell.
+nbclient applies ``clear_output`` and display updates without passing
+``output()``; ``process_message`` and ``_update_display_id`` are hooked, so
+updates are logged and capped too, an update carrying our reports is never
+applied, and comm messages (widgets, which could redirect a cell's outputs)
+are dropped. ``grader.verdicts`` judges from this log, not from what the
+kernel left in the notebook.
 
 Everything it sees is written to the submission's event log
 (``grader.events``, phase ``execute``) and to nbgrader's log. The
@@ -35,22 +49,29 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+from queue import Empty
 from time import monotonic
 
 import nbformat
 import numpy as np
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.exceptions import (
+    CellExecutionComplete,
+    CellTimeoutError,
+    DeadKernelError,
+)
+from nbclient.util import ensure_async, run_sync
 from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade
 from traitlets import Integer, Unicode
 
 from grader import assignments, fresh, reference, sandbox
 from grader import events as _events
-from grader.kernel.observations import OURS
+from grader.kernel.observations import INTEGRITY, OBSERVATION, OURS
 from grader.sandbox import SandboxedKernelManager
 
 MAX_OURS = 4 * 1024 * 1024  # characters of our own reports per cell
-DISK_LIMIT = 32 * 1024 * 1024  # bytes in the kernel's socket folder
+MAX_LOGGED = 1000  # message tags kept per cell in the stream log
+CONTENT = ("display_data", "execute_result", "update_display_data", "clear_output")
 SIGNALS = {
     signal.SIGSEGV: "a segmentation fault (SIGSEGV)",
     signal.SIGKILL: "SIGKILL (the memory or CPU-time limit, or the grader)",
@@ -78,11 +99,38 @@ def label(cell, index: int) -> str:
 
 
 def _size(content) -> int:
+    """Characters of a message's content (or an output), whatever its form."""
+    if not isinstance(content, dict):
+        return len(str(content))
     if "text" in content:
-        return len(content["text"])
+        return len(str(content["text"]))
     if "data" in content:
-        return sum(len(str(v)) for v in content["data"].values())
-    return sum(len(str(t)) for t in content.get("traceback", []))
+        data = content["data"]
+        if not isinstance(data, dict):
+            return len(str(data))
+        return sum(len(v) if isinstance(v, str) else len(str(v))
+                   for v in data.values())
+    traceback = content.get("traceback")
+    if not isinstance(traceback, list):
+        return len(str(traceback or ""))
+    return sum(len(str(t)) for t in traceback)
+
+
+def _malformed(content) -> bool:
+    """Content nbclient would choke on (a hostile kernel's message)."""
+    if not isinstance(content, dict):
+        return True
+    for key in ("data", "metadata", "transient"):
+        if content.get(key) is not None and not isinstance(content[key], dict):
+            return True
+    return False
+
+
+def _ours_in(content) -> str | None:
+    data = content.get("data") if isinstance(content, dict) else None
+    if not isinstance(data, dict):
+        return None
+    return next((m for m in OURS if m in data), None)
 
 
 class GuardedExecute(Execute):
@@ -113,6 +161,10 @@ class GuardedExecute(Execute):
                                      "execute", self.log)
         ctx = self.resources.setdefault("attncourse", {})
         ctx["status"] = self.status = {}
+        ctx["stream"] = self.stream = {}  # cell index -> what the grader saw
+        ctx["touched"] = self._touched = {}  # cell index -> display updates
+        self._current, self._by_msg = None, {}
+        self._runs, self._kernel_interrupted = 0, False
         self.tmp = Path(tempfile.mkdtemp(prefix="attn-grade-"))
         os.chmod(self.tmp, 0o711)
         self._kill_reason = None
@@ -182,6 +234,8 @@ class GuardedExecute(Execute):
                 continue
             self._stop()
             broken = True
+        if self.kc is not None:
+            self._barrier()
 
     # -- kernel ------------------------------------------------------------
     def _start(self):
@@ -191,6 +245,7 @@ class GuardedExecute(Execute):
         if not self.km.sandbox:
             self.events.flag("unsandboxed", "the kernel ran without the sandbox")
         self._kill_reason = None
+        self._runs, self._kernel_interrupted, self._by_msg = 0, False, {}
         began = monotonic()
         try:
             self.start_new_kernel(cwd=str(rundir))
@@ -240,6 +295,7 @@ class GuardedExecute(Execute):
             replay = copy.deepcopy(original)
             self._out_chars = self._ours_chars = 0
             self._truncated, self._replaying = set(), True
+            self._begin(index, replay=True)
             try:
                 self.execute_cell(replay, index, store_history=True)
                 failed = None
@@ -247,7 +303,7 @@ class GuardedExecute(Execute):
                 failed = type(exc).__name__
             finally:
                 self.nb.cells[index] = original
-                self._replaying = False
+                self._replaying, self._current = False, None
             if failed or self._timed_out(replay):
                 self.events.note(f"replaying {label(original, index)} failed "
                                  f"({failed or 'timeout'}); the remaining cells are "
@@ -294,6 +350,7 @@ class GuardedExecute(Execute):
         self._truncated = set()
         by_deadline = self._remaining() < (self.timeout or 10**9)
         began = monotonic()
+        self._begin(index, replay=False)
         try:
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
@@ -322,6 +379,7 @@ class GuardedExecute(Execute):
             self.status[index] = "timeout"
             return "timeout"
         finally:
+            self._current = None
             self.events.time("cells", monotonic() - began)
         self.status[index] = "ran"
         if self._timed_out(cell):
@@ -355,6 +413,13 @@ class GuardedExecute(Execute):
             self.events.time("checks", monotonic() - began)
 
     def _check_leftovers(self, cell, index) -> str:
+        self.km.owner = f"{self.student}/{self.assignment}"
+        if self._watchdog_killed():  # at the end of the cell: restart without it
+            cell.outputs.append(error_output(
+                "KernelDied", f"{self._kill_reason} at the end of this cell; the "
+                f"grader restarted the kernel without it"))
+            self.events.flag("crashed", f"{label(cell, index)}: {self._kill_reason}")
+            return "crashed"
         killed = self.km.kill_strays()
         if killed:
             self.events.flag("runaway", f"{label(cell, index)} left {killed} "
@@ -378,31 +443,188 @@ class GuardedExecute(Execute):
 
     # -- watchdog (called every second while a cell runs) ------------------
     async def _async_check_alive(self):
-        km = self.km
-        if km is not None and km.sandbox and self._kill_reason is None:
-            used = 0
-            try:
-                for entry in os.scandir(km.rundir):
-                    if entry.is_file(follow_symlinks=False):
-                        used += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                pass
-            if used > DISK_LIMIT:
-                self._kill_reason = (f"the kernel wrote more than {DISK_LIMIT >> 20} "
-                                     f"MiB to disk and was killed")
-                pid = km.top_pid()
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
+        self._watchdog_killed()
         await super()._async_check_alive()
+
+    def _watchdog_killed(self) -> bool:
+        """True if the sandbox's watchdog (``grader.sandbox.Watchdog``: memory of
+        all the kernel's processes, files in its tmpfs'es) killed the kernel;
+        the first time, its reason becomes the kernel's death reason and its
+        flag (``memory``, ``disk``) is raised."""
+        found = self.km.killed if self.km is not None else None
+        if found and self._kill_reason is None:
+            flag, reason = found
+            self._kill_reason = reason
+            self.events.flag(flag, reason)
+        return found is not None
+
+    # -- the message stream, as the grader saw it ----------------------------
+    def _begin(self, index, replay):
+        """Open the stream log of one execution of cell ``index``."""
+        self._runs += 1
+        entry = {"cell": index, "run": self._runs, "kernel": self.restarts,
+                 "lag": self._kernel_interrupted, "msg_id": None, "closed": False,
+                 "interrupted": False, "order": [], "content": 0, "streams": 0,
+                 "observations": [], "reports": [], "cleared": 0, "updates": 0,
+                 "comms": 0, "ours_updates": 0, "dropped": 0, "malformed": 0,
+                 "late": []}
+        if not replay:
+            self.stream[index] = entry
+        self._current = entry
+        return entry
+
+    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):
+        # nbclient's loop, plus: the cell's log learns its request id, and
+        # messages for other requests (a cell that already finished) are logged
+        entry = self._current
+        if entry is not None:
+            entry["msg_id"] = parent_msg_id
+            self._by_msg[parent_msg_id] = entry
+        while True:
+            msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
+            if msg.get("parent_header", {}).get("msg_id") == parent_msg_id:
+                try:
+                    self.process_message(msg, cell, cell_index)
+                except CellExecutionComplete:
+                    return
+            else:
+                self._late(msg)
+
+    def _late(self, msg):
+        """A message for a request that is not running now: for a cell that
+        has finished, a status or one of our reports means the cell's stream
+        was cut short (a forged ``idle``) -- the real report came after it."""
+        parent = (msg.get("parent_header") or {}).get("msg_id")
+        entry = self._by_msg.get(parent)
+        if entry is None or entry is self._current:
+            return
+        kind = msg.get("msg_type")
+        ours = _ours_in(msg.get("content"))
+        if (kind == "status" or ours) and len(entry["late"]) < 100:
+            entry["late"].append(f"{kind} ({ours})" if ours else str(kind))
+
+    async def _async_barrier(self, wait=10.0) -> bool:
+        """After the last cell: read what the kernel still sends for earlier
+        cells, up to the idle of a kernel_info request sent behind it."""
+        msg_id = self.kc.kernel_info()
+        end = monotonic() + wait
+        while (left := end - monotonic()) > 0:
+            try:
+                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=left))
+            except Empty:
+                break
+            if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
+                self._late(msg)
+            elif msg.get("msg_type") == "status" and \
+                    msg.get("content", {}).get("execution_state") == "idle":
+                return True
+        self.events.note("the kernel did not answer after the last cell")
+        return False
+
+    def _barrier(self):
+        try:
+            run_sync(self._async_barrier)()
+        except Exception:  # noqa: BLE001  (a dead kernel: nothing more to read)
+            self.log.debug("end-of-notebook barrier failed", exc_info=True)
+
+    def process_message(self, msg, cell, cell_index):
+        entry = self._current
+        content = msg.get("content")
+        if _malformed(content):
+            if entry is not None:
+                entry["malformed"] += 1
+            return None  # never reaches nbclient
+        if entry is not None:
+            self._log(entry, msg.get("msg_type"), content)
+        return super().process_message(msg, cell, cell_index)
+
+    def _log(self, entry, kind, content):
+        if kind == "stream":
+            entry["streams"] += 1
+            return
+        if kind == "status":
+            if content.get("execution_state") == "idle":
+                entry["closed"] = True
+            return
+        if kind == "execute_input":
+            return
+        if str(kind).startswith("comm"):
+            entry["comms"] += 1
+            return
+        mime = _ours_in(content)
+        tag = {OBSERVATION: "observation", INTEGRITY: "report"}.get(mime, kind)
+        if kind == "update_display_data":
+            entry["updates"] += 1
+            if mime:
+                entry["ours_updates"] += 1
+                tag = f"update ({tag})"
+        elif kind == "clear_output":
+            entry["cleared"] += 1
+        if len(entry["order"]) < MAX_LOGGED:
+            entry["order"].append(str(tag))
+        if kind not in CONTENT:
+            return
+        position = entry["content"]
+        entry["content"] += 1
+        if mime and kind in ("display_data", "execute_result"):
+            self._ours_chars += _size(content)
+            if self._ours_chars > MAX_OURS:
+                entry["dropped"] += 1
+                return
+            key = "observations" if mime == OBSERVATION else "reports"
+            entry[key].append((position, content["data"][mime]))
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        if self._current is not None:  # the grader interrupts this cell
+            self._current["interrupted"] = True
+        self._kernel_interrupted = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        """Grading needs no widgets: comm messages are logged, never applied
+        (no widget state in memory, no Output widget taking over the outputs
+        of a cell)."""
+        return None
+
+    def _update_display_id(self, display_id, msg):
+        """A display update rewrites earlier outputs (in any cell) in place:
+        log which cells it touches, never apply one that carries our reports,
+        and count what it adds against the current cell's output budget."""
+        targets = {c: list(i) for c, i in
+                   (self._display_id_map.get(display_id) or {}).items() if i}
+        if not targets:
+            return
+        for index in targets:
+            self._touched[index] = self._touched.get(index, 0) + 1
+        content = msg.get("content") or {}
+        if _ours_in(content):
+            return
+        new, growth = _size(content), 0
+        for index, positions in targets.items():
+            outs = self.nb.cells[index].get("outputs", []) \
+                if index < len(self.nb.cells) else []
+            growth += sum(new - (_size(outs[i]) if i < len(outs) else 0)
+                          for i in positions)
+        if growth > self.max_output - self._out_chars:
+            if not self._replaying:
+                cell = self.nb.cells[self._current["cell"]] if self._current else {}
+                where = label(cell, self._current["cell"]) if self._current else "?"
+                self.events.flag("output-limit", f"{where}: a display update of "
+                                 f"{new} characters was not applied (more than "
+                                 f"{self.max_output} characters of output)")
+            return
+        self._out_chars += max(growth, 0)
+        try:
+            super()._update_display_id(display_id, msg)
+        except (IndexError, KeyError, TypeError, ValueError):
+            self.log.debug("display update not applied", exc_info=True)
 
     # -- output limits -----------------------------------------------------
     def output(self, outs, msg, display_id, cell_index):
         content = msg.get("content", {})
         kind = msg.get("msg_type")
         size = _size(content)
-        data = content.get("data") or {}
-        if any(m in data for m in OURS):
-            self._ours_chars += size
+        if _ours_in(content):  # counted in _log (MAX_OURS)
             return (super().output(outs, msg, display_id, cell_index)
                     if self._ours_chars <= MAX_OURS else None)
         budget = self.max_output - self._out_chars

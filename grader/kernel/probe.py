@@ -16,7 +16,16 @@ and set the rlimits), ``main()``
    messaging methods;
 3. starts ipykernel with a ``post_run_cell`` hook that compares the current
    state with the snapshot after every cell and publishes the result as an
-   ``application/vnd.attncourse.integrity+json`` output of that cell.
+   ``application/vnd.attncourse.integrity+json`` output of that cell. Besides
+   the functions above it watches what could run code around a cell or a
+   test without changing any function: the callbacks on IPython's events
+   (``pre_execute``, ``pre_run_cell``, ``post_execute``, ``post_run_cell``;
+   a hook could patch before a test and restore before the report -- only
+   matplotlib's own display hooks are allowed), ``sys.settrace`` /
+   ``sys.setprofile`` (a tracer can rewrite a test's local variables), the
+   display publisher the reports go through, and the input/AST transformers.
+   ``atexit``, ``sys.excepthook`` and ``sys.displayhook`` are not watched:
+   nothing in grading runs through them.
 
 The grader (``grader.verdicts``) treats a cell whose report lists
 changes -- or that has no report at all although it ran -- as tampering: every
@@ -56,6 +65,13 @@ SHELL_METHODS = ("run_cell", "run_cell_async", "_run_cell", "run_code", "run_ast
                  "should_run_async", "ex", "ev", "safe_execfile")
 KERNEL_METHODS = ("do_execute", "execute_request", "send_response", "dispatch_shell",
                   "process_one", "_publish_status", "_publish_execute_input")
+EVENT_METHODS = ("trigger", "register", "unregister")
+PUBLISHER_METHODS = ("publish", "clear_output")
+# callbacks that honest notebooks add to IPython's events: matplotlib's
+# inline display (module, function name)
+ALLOWED_HOOKS = {("matplotlib.pyplot", "_draw_all_if_interactive"),
+                 ("matplotlib_inline.backend_inline", "flush_figures"),
+                 ("matplotlib_inline.backend_inline", "configure_once")}
 
 
 def _preload(names) -> list[str]:
@@ -128,9 +144,9 @@ class Probe:
         self._watch("builtins", lambda: builtins)
         self._watch("math", lambda: math)
         for name in list(m):
-            if name == "numpy" or name.startswith(NUMPY_WATCHED):
-                if "." not in name or name.count(".") <= 2:
-                    self._watch(name, lambda n=name: sys.modules.get(n))
+            if (name == "numpy" or name.startswith(NUMPY_WATCHED)) and \
+                    name.count(".") <= 2:
+                self._watch(name, lambda n=name: sys.modules.get(n))
         if "torch" in m:
             torch = m["torch"]
             self._watch("torch", lambda: sys.modules["torch"], TORCH_NAMES)
@@ -166,6 +182,19 @@ class Probe:
         if session is not None:
             self._watch("jupyter session", lambda: kernel.session,
                         ("send", "serialize", "sign", "msg"))
+        events = getattr(shell, "events", None)
+        if events is not None:
+            self._watch("IPython events", lambda: shell.events, EVENT_METHODS)
+            self._watch("IPython events class", lambda: type(shell.events),
+                        EVENT_METHODS)
+        self._watch("IPython display publisher", lambda: shell.display_pub,
+                    PUBLISHER_METHODS)
+        self._watch("IPython display publisher class",
+                    lambda: type(shell.display_pub), PUBLISHER_METHODS)
+        self._events, self._display_pub = events, shell.display_pub
+        self._callbacks = self._callback_ids()
+        self._keep.append(self._callbacks)
+        self._tracers = (sys.gettrace(), sys.getprofile())
         self._transformers = self._transformer_ids()
         for name, module in NOTEBOOK_HELPERS.items():
             mod = sys.modules.get(module)
@@ -177,6 +206,33 @@ class Probe:
         return [tuple(id(t) for t in getattr(s, attr, []))
                 for attr in ("input_transformers_cleanup", "input_transformers_post",
                              "ast_transformers")]
+
+    def _callback_ids(self) -> dict:
+        callbacks = getattr(self._events, "callbacks", None)
+        if not isinstance(callbacks, dict):
+            return {}
+        return {event: [(id(f), f) for f in list(funcs)]
+                for event, funcs in callbacks.items()}
+
+    def _hook_changes(self) -> list[str]:
+        found = []
+        shell = self.shell
+        if getattr(shell, "events", None) is not self._events:
+            found.append("IPython shell.events (replaced)")
+        if getattr(shell, "display_pub", None) is not self._display_pub:
+            found.append("IPython shell.display_pub (replaced)")
+        before = {e: [i for i, _ in fs] for e, fs in self._callbacks.items()}
+        now = self._callback_ids()
+        if set(now) != set(before):
+            found.append("IPython events (event list changed)")
+        for event, funcs in now.items():
+            ids = [i for i, f in funcs if (i in before.get(event, ()))
+                   or not _allowed_hook(f)]
+            if ids != before.get(event, []):
+                found.append(f"IPython events: {event} callbacks")
+        if (sys.gettrace(), sys.getprofile()) != self._tracers:
+            found.append("sys.settrace/sys.setprofile (a tracer is set)")
+        return found
 
     def changes(self) -> list[str]:
         found = []
@@ -205,6 +261,7 @@ class Probe:
             if mod is None or id(mod) != mid:
                 found.append(f"sys.modules[{name!r}]")
         if self.shell is not None:
+            found += self._hook_changes()
             if self._transformer_ids() != self._transformers:
                 found.append("IPython input/AST transformers")
             ns = self.shell.user_ns
@@ -216,6 +273,20 @@ class Probe:
 
 def _same_bound(value, owner, name) -> bool:
     return getattr(value, "__func__", None) is getattr(type(owner), name, object())
+
+
+def _allowed_hook(func) -> bool:
+    """One of matplotlib's own display callbacks (a function defined in, and
+    running with the globals of, the installed module it names)."""
+    if not isinstance(func, types.FunctionType):
+        return False
+    name = func.__qualname__.rsplit(".", 1)[-1]
+    module = sys.modules.get(func.__module__)
+    file = getattr(module, "__file__", None)
+    return ((func.__module__, name) in ALLOWED_HOOKS and module is not None
+            and func.__globals__ is vars(module) and file is not None
+            and func.__code__.co_filename == file
+            and os.path.realpath(file).startswith(os.path.realpath(sys.prefix)))
 
 
 def _checks_view(module_name):
@@ -241,19 +312,29 @@ def install(shell, kernel, probe: Probe):
     """Register the post_run_cell hook that reports the probe's findings."""
     from grader.kernel.observations import INTEGRITY
 
-    probe.attach(shell, kernel)
     send = _publisher(shell)
     counter = {"n": 0}
 
     def report(result=None):
         counter["n"] += 1
+        body = {"v": 1, "cell": counter["n"]}
+        for _attempt in range(2):  # the grader's interrupt may land in here
+            try:
+                body["changed"] = probe.changes()
+                body.pop("error", None)
+                break
+            except KeyboardInterrupt:
+                body["changed"], body["error"] = [], "interrupted"
+            except Exception as exc:  # noqa: BLE001
+                body["changed"] = [f"probe failed ({type(exc).__name__})"]
+                break
         try:
-            changed = probe.changes()
-        except Exception as exc:  # noqa: BLE001
-            changed = [f"probe failed ({type(exc).__name__})"]
-        send(INTEGRITY, json.dumps({"v": 1, "cell": counter["n"], "changed": changed}))
+            send(INTEGRITY, json.dumps(body))
+        except KeyboardInterrupt:
+            send(INTEGRITY, json.dumps(body))
 
     shell.events.register("post_run_cell", report)
+    probe.attach(shell, kernel)  # after registering: our callback is expected
     return report
 
 

@@ -26,6 +26,7 @@ from grader.kernel.inputs import CaseData, load_file
 
 MODE_ENV = "GRADER_MODE"
 INPUTS_ENV = "GRADER_INPUTS"
+MAX_RESULTS = 1024 * 1024  # bytes of results one hidden test publishes
 
 
 def run_def(assignment: str, check_name: str, framework: str):
@@ -45,6 +46,16 @@ def observe(assignment: str, check_name: str, framework: str, namespace: dict,
     cases = run.cases if case is None else (case,)
     return {c: run.run(framework, namespace, data.inputs(c), gradients=run.gradients)
             for c in cases}
+
+
+def grading_inputs() -> CaseData:
+    """The inputs drawn for this grading run ($GRADER_INPUTS), or a clear error."""
+    path = os.environ.get(INPUTS_ENV, "")
+    if not path or not os.path.isfile(path):
+        raise GradingError(
+            f"the grading inputs were not found ({INPUTS_ENV}={path!r}): hidden "
+            f"tests run only when the notebook is graded")
+    return load_file(path)
 
 
 def observing() -> bool:
@@ -71,13 +82,15 @@ def record(assignment: str, check_name: str, framework: str, namespace: dict) ->
     from grader.kernel.observations import OBSERVATION, observation_payload
 
     run = run_def(assignment, check_name, framework)
-    observed, error = {}, None
+    observed, error, size = {}, None, 0
     case = run.cases[0]
     try:
-        data = load_file(os.environ[INPUTS_ENV])
+        data = grading_inputs()
         for case in run.cases:
-            observed.update(observe(assignment, check_name, framework, namespace,
-                                    data, case))
+            results = observe(assignment, check_name, framework, namespace, data,
+                              case)
+            size += _check_size(results[case], size)
+            observed.update(results)
     except GradingError as exc:
         error = {"case": case, "message": str(exc)}
     except (KeyboardInterrupt, SystemExit):
@@ -87,6 +100,20 @@ def record(assignment: str, check_name: str, framework: str, namespace: dict) ->
     payload = observation_payload(assignment, check_name, framework, observed, error)
     _publish(OBSERVATION, json.dumps(payload))
     return payload
+
+
+def _check_size(results: dict, used: int) -> int:
+    """The bytes of one case's results; GradingError if the results would make
+    the published payload too large (a wrong shape, not tampering)."""
+    import numpy as np
+
+    size = sum(np.asarray(v).nbytes for v in results.values() if v is not None)
+    if used + size > MAX_RESULTS:
+        shapes = ", ".join(f"{k} {np.shape(v)}" for k, v in results.items()
+                           if v is not None)
+        raise GradingError(f"your results are far too large ({shapes}); check "
+                           f"the shapes the exercise asks for")
+    return size
 
 
 def check(assignment: str, check_name: str, framework: str, namespace=None,

@@ -455,7 +455,7 @@ CASES = [
                               "tf.sqrt(tf.reduce_sum(tf.square(diff), axis=-1))"),
              torch=cached_copy(), edit=_edit_hidden)),
          notes=("test cell tf-hidden was edited",)),
-    Case("forged-results", "B", 4, 1, {"tampered", "suspicious"},
+    Case("forged-results", "B", 4, 0, {"tampered", "suspicious"},
          single(notebook(torch=FORGE)), notes=("recorded 2 results",)),
     Case("moved-and-deleted-cells", "B", 4, 4, {"edited-tests"},
          single(notebook(edit=_move_and_delete)),
@@ -717,7 +717,9 @@ def test_tampering_earns_nothing_and_is_explained_in_feedback(graded):
     page = leaks.html_text(root / "feedback" / "patched-comparisons" / A / f"{A}.html")
     assert "not graded: the notebook changed what grading relies on" in page
     forged = cell_text(root, "forged-results")
-    assert "recorded 2 results" in forged["torch-hidden"]
+    # the hook that forges is caught where it is registered: not graded from
+    # there on (the extra result is still named in the notes)
+    assert "NotGraded" in forged["torch-hidden"]
 
 
 def test_a_cached_copy_would_pass_fixed_inputs_but_not_grading(graded):
