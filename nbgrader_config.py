@@ -80,9 +80,12 @@ c.GenerateAssignment.post_convert_hook = strip_hidden(ROOT / RELEASE)
 c.GenerateFeedback.post_convert_hook = strip_hidden(ROOT / FEEDBACK)
 # Feedback shows the graded notebook; strip the hidden tests' source from it
 # (their failures print only a message, see grader.kernel.errors).
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests,
-                                    SanitizeStudentContent,
-                                    CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [
+    GetGrades,
+    ClearHiddenTests,
+    SanitizeStudentContent,
+    CSSHTMLHeaderPreprocessor,
+]
 
 # Nothing a student wrote or printed is active content in the feedback or the
 # formgrader (both render with an HTMLExporter configured here; see
@@ -103,8 +106,14 @@ c.IgnorePattern.pattern = STDERR_NOISE
 # switch are SandboxedKernelManager traits (grade_all has flags for them).
 c.Autograde.autograde_preprocessors = [
     "grader.entry.RequireStaged",  # first: refuses what grading did not stage
-    GuardedExecute, IgnorePattern, JudgeHiddenTests, SanitizeStudentContent,
-    ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades, AssignLatePenalties,
+    GuardedExecute,
+    IgnorePattern,
+    JudgeHiddenTests,
+    SanitizeStudentContent,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
     CheckCellMetadata,
 ]
 c.GuardedExecute.state_dir = str(STATE)
@@ -122,6 +131,9 @@ c.Execute.shutdown_kernel = "immediate"
 if "autograde" in sys.argv[1:3] and not os.environ.get("GRADER_GRADE_ALL"):
     # plain `nbgrader autograde` (and the formgrader's button) refuse every
     # submission: RequireStaged lets through only this run's staged copies
-    print("attncourse: `nbgrader autograde` grades nothing here -- grade with "
-          "`python -m grader grade` (or `make grade`), which stages and checks "
-          "the submissions first (grader.entry)", file=sys.stderr)
+    print(
+        "attncourse: `nbgrader autograde` grades nothing here -- grade with "
+        "`python -m grader grade` (or `make grade`), which stages and checks "
+        "the submissions first (grader.entry)",
+        file=sys.stderr,
+    )

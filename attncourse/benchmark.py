@@ -81,11 +81,29 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "BATCH", "D_HEAD", "HEADS", "IMPLS", "LENGTHS", "QUICK_LENGTHS", "RATIOS",
-    "THREAD_ENV_VARS", "check_agreement", "environment", "flops",
-    "make_callables", "markdown", "measure", "memory_supported", "peak_mib",
-    "ratios", "report", "run_subprocess", "set_threads", "thread_settings",
-    "time_calls", "weights_mib",
+    "BATCH",
+    "D_HEAD",
+    "HEADS",
+    "IMPLS",
+    "LENGTHS",
+    "QUICK_LENGTHS",
+    "RATIOS",
+    "THREAD_ENV_VARS",
+    "check_agreement",
+    "environment",
+    "flops",
+    "make_callables",
+    "markdown",
+    "measure",
+    "memory_supported",
+    "peak_mib",
+    "ratios",
+    "report",
+    "run_subprocess",
+    "set_threads",
+    "thread_settings",
+    "time_calls",
+    "weights_mib",
 ]
 
 BATCH, HEADS, D_HEAD = 1, 8, 64
@@ -112,8 +130,13 @@ RATIOS = {
     "tf ours / keras.ops.dpa XLA": ("tf ours", "keras.ops.dpa XLA"),
     "tf ours XLA / keras.ops.dpa XLA": ("tf ours XLA", "keras.ops.dpa XLA"),
 }
-THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                   "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+)
 
 
 def weights_mib(n, heads=HEADS, batch=BATCH, itemsize=4):
@@ -141,12 +164,21 @@ def _openblas():
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return None
-    paths = sorted({line.split()[-1] for line in maps.splitlines()
-                    if "openblas" in line.split()[-1]})
+    paths = sorted(
+        {
+            line.split()[-1]
+            for line in maps.splitlines()
+            if "openblas" in line.split()[-1]
+        }
+    )
     for path in paths:
         lib = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
-                               ("openblas", "64_"), ("openblas", "")):
+        for prefix, suffix in (
+            ("scipy_openblas", "64_"),
+            ("scipy_openblas", ""),
+            ("openblas", "64_"),
+            ("openblas", ""),
+        ):
             try:
                 get = getattr(lib, f"{prefix}_get_num_threads{suffix}")
                 put = getattr(lib, f"{prefix}_set_num_threads{suffix}")
@@ -238,12 +270,16 @@ def make_callables(q, impls=None):
     impls = list(IMPLS if impls is None else impls)
     unknown = set(impls) - set(IMPLS)
     if unknown:
-        raise ValueError(f"unknown implementations {sorted(unknown)}; "
-                         f"choose from {list(IMPLS)}")
+        raise ValueError(
+            f"unknown implementations {sorted(unknown)}; choose from {list(IMPLS)}"
+        )
     needed = {IMPLS[name][0] for name in impls}
     fns = {}
-    for framework, make in (("numpy", _numpy_callables), ("tf", _tf_callables),
-                            ("torch", _torch_callables)):
+    for framework, make in (
+        ("numpy", _numpy_callables),
+        ("tf", _tf_callables),
+        ("torch", _torch_callables),
+    ):
         if framework in needed:
             fns.update(make(q))
     return {name: fns[name] for name in impls}
@@ -262,9 +298,10 @@ def _tf_callables(q):
     import attncourse.tf as atf
 
     n = q.shape[1]
-    tq = tf.constant(q)                                   # (b*h, n, d)
-    tq4 = tf.constant(q.reshape(BATCH, HEADS, n, D_HEAD)  # keras: (b, n, h, d)
-                      .transpose(0, 2, 1, 3))
+    tq = tf.constant(q)  # (b*h, n, d)
+    tq4 = tf.constant(
+        q.reshape(BATCH, HEADS, n, D_HEAD).transpose(0, 2, 1, 3)  # keras: (b, n, h, d)
+    )
 
     def ours_tf(x):
         return atf.scaled_dot_product_attention(x, x, x)[0]
@@ -274,9 +311,12 @@ def _tf_callables(q):
 
     ours_xla = tf.function(ours_tf, jit_compile=True, autograph=False)
     keras_xla = tf.function(keras_dpa, jit_compile=True, autograph=False)
-    return {"tf ours": lambda: ours_tf(tq), "tf ours XLA": lambda: ours_xla(tq),
-            "keras.ops.dpa": lambda: keras_dpa(tq4),
-            "keras.ops.dpa XLA": lambda: keras_xla(tq4)}
+    return {
+        "tf ours": lambda: ours_tf(tq),
+        "tf ours XLA": lambda: ours_xla(tq),
+        "keras.ops.dpa": lambda: keras_dpa(tq4),
+        "keras.ops.dpa XLA": lambda: keras_xla(tq4),
+    }
 
 
 def _torch_callables(q):
@@ -286,22 +326,24 @@ def _torch_callables(q):
 
     import attncourse.torch as atorch
 
-    pq = torch.from_numpy(q)                              # (b*h, n, d)
-    pq4 = pq.reshape(BATCH, HEADS, q.shape[1], D_HEAD)    # (b, h, n, d)
+    pq = torch.from_numpy(q)  # (b*h, n, d)
+    pq4 = pq.reshape(BATCH, HEADS, q.shape[1], D_HEAD)  # (b, h, n, d)
 
     def sdpa_math():
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(pq4, pq4, pq4)
 
-    return {"torch ours": lambda: atorch.scaled_dot_product_attention(pq, pq, pq)[0],
-            "torch SDPA math": sdpa_math,
-            "torch SDPA": lambda: F.scaled_dot_product_attention(pq4, pq4, pq4)}
+    return {
+        "torch ours": lambda: atorch.scaled_dot_product_attention(pq, pq, pq)[0],
+        "torch SDPA math": sdpa_math,
+        "torch SDPA": lambda: F.scaled_dot_product_attention(pq4, pq4, pq4),
+    }
 
 
 def _as_reference_layout(name, out):
     out = out.numpy() if hasattr(out, "numpy") else np.asarray(out)
     if name.startswith("keras"):
-        out = out.transpose(0, 2, 1, 3)                       # back to (b, h, n, d)
+        out = out.transpose(0, 2, 1, 3)  # back to (b, h, n, d)
     return out.reshape(BATCH * HEADS, -1, D_HEAD)
 
 
@@ -312,12 +354,16 @@ def check_agreement(fns, q, atol=1e-4):
 
     q64 = q.astype(np.float64)
     ref = anp.scaled_dot_product_attention(q64, q64, q64)[0]
-    diffs = {name: float(np.abs(_as_reference_layout(name, fn()) - ref).max())
-             for name, fn in fns.items()}
+    diffs = {
+        name: float(np.abs(_as_reference_layout(name, fn()) - ref).max())
+        for name, fn in fns.items()
+    }
     worst = max(diffs, key=diffs.get)
     if diffs[worst] > atol:
-        raise ValueError(f"{worst} disagrees with the reference at n={q.shape[1]}: "
-                         f"max |diff| = {diffs[worst]:.2e}")
+        raise ValueError(
+            f"{worst} disagrees with the reference at n={q.shape[1]}: "
+            f"max |diff| = {diffs[worst]:.2e}"
+        )
     return diffs[worst]
 
 
@@ -381,8 +427,9 @@ def peak_mib(fn):
 # --- runs and reports -----------------------------------------------------------------
 
 
-def measure(time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=(),
-            log=None):
+def measure(
+    time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=(), log=None
+):
     """Time every implementation at ``time_lengths`` and measure its peak
     memory at ``memory_lengths``, in this process.
 
@@ -405,10 +452,20 @@ def measure(time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=()
     cases = {n: make_callables(inputs(n), impls) for n in lengths}
     worst = check_agreement(cases[lengths[0]], inputs(lengths[0]))
     log(f"all implementations agree with float64 NumPy within {worst:.1e}")
-    rows = {(name, n): {"impl": name, "framework": IMPLS[name][0],
-                        "kind": IMPLS[name][1], "seq_len": n, "median_ms": None,
-                        "min_ms": None, "times_ms": None, "peak_mib": None}
-            for n in lengths for name in impls}
+    rows = {
+        (name, n): {
+            "impl": name,
+            "framework": IMPLS[name][0],
+            "kind": IMPLS[name][1],
+            "seq_len": n,
+            "median_ms": None,
+            "min_ms": None,
+            "times_ms": None,
+            "peak_mib": None,
+        }
+        for n in lengths
+        for name in impls
+    }
     _time_all(rows, cases, sorted(time_lengths), repeats, log)
     _measure_memory(rows, cases, sorted(memory_lengths), set(time_lengths), log)
     return list(rows.values())
@@ -418,8 +475,9 @@ def _time_all(rows, cases, lengths, repeats, log):
     """Fill median_ms, min_ms and times_ms of ``rows`` at each length."""
     for n in lengths:
         for name, times in time_calls(cases[n], repeats).items():
-            rows[(name, n)].update(median_ms=statistics.median(times),
-                                   min_ms=min(times), times_ms=times)
+            rows[(name, n)].update(
+                median_ms=statistics.median(times), min_ms=min(times), times_ms=times
+            )
             log(f"n={n:5d} {name:18s} {statistics.median(times):9.2f} ms")
 
 
@@ -464,13 +522,17 @@ def _cells(values, fmt):
 
 
 _TABLE_NOTES = {
-    "median_ms": (f"Scaled dot-product attention on CPU, batch {BATCH}, {HEADS} "
-                  f"heads, d_head {D_HEAD}, float32, no mask. Median time in ms "
-                  "of one call; ratios are ours / built-in (> 1: the built-in "
-                  "is faster)."),
-    "peak_mib": ("Peak extra resident memory of one call in MiB (VmHWM - VmRSS);"
-                 " 'weights' is the size of one float32 (heads, n, n) weight "
-                 "matrix."),
+    "median_ms": (
+        f"Scaled dot-product attention on CPU, batch {BATCH}, {HEADS} "
+        f"heads, d_head {D_HEAD}, float32, no mask. Median time in ms "
+        "of one call; ratios are ours / built-in (> 1: the built-in "
+        "is faster)."
+    ),
+    "peak_mib": (
+        "Peak extra resident memory of one call in MiB (VmHWM - VmRSS);"
+        " 'weights' is the size of one float32 (heads, n, n) weight "
+        "matrix."
+    ),
 }
 
 
@@ -485,8 +547,12 @@ def markdown(results, ratio_rows=None):
     for key, unit, fmt in (("median_ms", "time", ".2f"), ("peak_mib", "memory", ".1f")):
         lengths = sorted({n for (_, n), r in by.items() if r[key] is not None})
         if lengths:
-            lines += [_TABLE_NOTES[key], "",
-                      *_table(by, rat, impls, labels, lengths, key, unit, fmt), ""]
+            lines += [
+                _TABLE_NOTES[key],
+                "",
+                *_table(by, rat, impls, labels, lengths, key, unit, fmt),
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -498,10 +564,11 @@ def _table(by, rat, impls, labels, lengths, key, unit, fmt):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n in lengths:
         cells = [f"{weights_mib(n):.0f}"] if memory else []
-        cells += _cells([by[(i, n)][key] if (i, n) in by else None
-                         for i in impls], fmt)
-        cells += _cells([rat[(k, n)][unit] if (k, n) in rat else None
-                         for k in labels], ".1f" if memory else ".2f")
+        cells += _cells([by[(i, n)][key] if (i, n) in by else None for i in impls], fmt)
+        cells += _cells(
+            [rat[(k, n)][unit] if (k, n) in rat else None for k in labels],
+            ".1f" if memory else ".2f",
+        )
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return lines
 
@@ -514,21 +581,34 @@ def environment(repeats=None, memory=False):
             versions[module] = sys.modules[module].__version__
     return {
         "shape": {"batch": BATCH, "heads": HEADS, "d_head": D_HEAD},
-        "dtype": "float32", "mask": None, "repeats": repeats,
+        "dtype": "float32",
+        "mask": None,
+        "repeats": repeats,
         "statistic": "median of repeats after one warm-up call",
         "load_average_1_5_15min": os.getloadavg(),
-        "memory_method": ("VmHWM after one warm call minus VmRSS before it, "
-                          "high-water mark reset via /proc/self/clear_refs, "
-                          "mallopt(M_MMAP_THRESHOLD, 64 KiB) + malloc_trim "
-                          "between cases" if memory else "not measured"),
-        "platform": platform.platform(), "versions": versions,
+        "memory_method": (
+            "VmHWM after one warm call minus VmRSS before it, "
+            "high-water mark reset via /proc/self/clear_refs, "
+            "mallopt(M_MMAP_THRESHOLD, 64 KiB) + malloc_trim "
+            "between cases"
+            if memory
+            else "not measured"
+        ),
+        "platform": platform.platform(),
+        "versions": versions,
         "threads": thread_settings(),
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
     }
 
 
-def report(time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=(),
-           threads=1, log=None):
+def report(
+    time_lengths=QUICK_LENGTHS,
+    repeats=5,
+    impls=None,
+    memory_lengths=(),
+    threads=1,
+    log=None,
+):
     """set_threads(threads), measure(...), and a JSON-ready report: environment
     (load average before and after), results, ratios, seconds, markdown."""
     impls = list(IMPLS if impls is None else impls)
@@ -542,13 +622,24 @@ def report(time_lengths=QUICK_LENGTHS, repeats=5, impls=None, memory_lengths=(),
     memory = any(r["peak_mib"] is not None for r in results)
     env = environment(repeats, memory)
     env["load_average_at_start"] = load_before
-    return {"environment": env, "results": results, "ratios": ratio_rows,
-            "seconds": round(time.perf_counter() - start, 1),
-            "markdown": markdown(results, ratio_rows)}
+    return {
+        "environment": env,
+        "results": results,
+        "ratios": ratio_rows,
+        "seconds": round(time.perf_counter() - start, 1),
+        "markdown": markdown(results, ratio_rows),
+    }
 
 
-def run_subprocess(time_lengths=(), repeats=5, impls=None, memory_lengths=(),
-                   threads=1, progress=False, timeout=900):
+def run_subprocess(
+    time_lengths=(),
+    repeats=5,
+    impls=None,
+    memory_lengths=(),
+    threads=1,
+    progress=False,
+    timeout=900,
+):
     """``report(...)`` computed in a fresh Python process; returns its dict.
 
     The child starts with the thread environment variables set, so every
@@ -556,17 +647,25 @@ def run_subprocess(time_lengths=(), repeats=5, impls=None, memory_lengths=(),
     process untouched. ``progress=True`` lets the child's progress lines
     through to this process's stderr.
     """
-    spec = {"time_lengths": list(time_lengths), "repeats": repeats,
-            "impls": list(IMPLS if impls is None else impls),
-            "memory_lengths": list(memory_lengths), "threads": threads,
-            "progress": progress}
+    spec = {
+        "time_lengths": list(time_lengths),
+        "repeats": repeats,
+        "impls": list(IMPLS if impls is None else impls),
+        "memory_lengths": list(memory_lengths),
+        "threads": threads,
+        "progress": progress,
+    }
     env = dict(os.environ)
     if threads is not None:
         env.update({var: str(threads) for var in THREAD_ENV_VARS})
     done = subprocess.run(
         [sys.executable, "-m", "attncourse.benchmark", json.dumps(spec)],
-        env=env, stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
-        text=True, timeout=timeout)
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=None if progress else subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         tail = (done.stderr or "")[-3000:]
         raise RuntimeError(f"benchmark process failed ({done.returncode}):\n{tail}")
@@ -577,8 +676,10 @@ def main(argv=None):
     """Child entry: ``python -m attncourse.benchmark '<json spec>'`` prints the
     report of ``report(**spec)`` as JSON on stdout (progress on stderr)."""
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-    parser.add_argument("spec", help="JSON: time_lengths, repeats, impls, "
-                        "memory_lengths, threads, progress")
+    parser.add_argument(
+        "spec",
+        help="JSON: time_lengths, repeats, impls, memory_lengths, threads, progress",
+    )
     spec = json.loads(parser.parse_args(argv).spec)
     show = spec.pop("progress", False)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if show else None

@@ -31,9 +31,7 @@ def dtype_name(x) -> str:
 def check_rank(name: str, shape: Shape, rank: int, layout: str) -> None:
     """Raise ValueError unless ``shape`` has ``rank`` axes; ``layout`` names them."""
     if len(shape) != rank:
-        raise ValueError(
-            f"{name} must have {rank} axes {layout}, got shape {shape}"
-        )
+        raise ValueError(f"{name} must have {rank} axes {layout}, got shape {shape}")
 
 
 def check_float(name: str, x) -> None:
@@ -43,8 +41,13 @@ def check_float(name: str, x) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {dt}")
 
 
-def check_qkv(queries: Shape, keys: Shape, values: Shape | None = None,
-              *, same_feature_size: bool = False) -> None:
+def check_qkv(
+    queries: Shape,
+    keys: Shape,
+    values: Shape | None = None,
+    *,
+    same_feature_size: bool = False,
+) -> None:
     """Validate the batch-first shapes of queries, keys and values.
 
     queries: (batch, num_queries, d_q); keys: (batch, num_keys, d_k);
@@ -88,8 +91,9 @@ def broadcast_shape(mask: Shape, target: Shape) -> bool:
     """True if ``mask`` broadcasts (NumPy rules, right-aligned) to ``target``."""
     if len(mask) > len(target):
         return False
-    return all(m in (1, t) for m, t in zip(reversed(mask), reversed(target),
-                                           strict=False))
+    return all(
+        m in (1, t) for m, t in zip(reversed(mask), reversed(target), strict=False)
+    )
 
 
 def check_mask(mask_shape: Shape, mask_dtype: str, scores_shape: Shape) -> None:
@@ -160,8 +164,7 @@ def check_valid_lens_rank(shape: Shape) -> None:
     """valid_lens is (batch,) or (batch, num_queries): one or two axes."""
     if len(shape) not in (1, 2):
         raise ValueError(
-            f"valid_lens must have shape (batch,) or (batch, num_queries), "
-            f"got {shape}"
+            f"valid_lens must have shape (batch,) or (batch, num_queries), got {shape}"
         )
 
 
@@ -247,9 +250,7 @@ def check_same_dtype(**tensors) -> None:
 def check_same_batch(name_a: str, a: Shape, name_b: str, b: Shape) -> None:
     """Two batch-first tensors attended to each other need the same batch size."""
     if a[0] != b[0]:
-        raise ValueError(
-            f"{name_a} {a} and {name_b} {b} must have the same batch size"
-        )
+        raise ValueError(f"{name_a} {a} and {name_b} {b} must have the same batch size")
 
 
 def check_sequence(name: str, shape: Shape, dim_name: str, dim: int | None) -> None:
@@ -280,8 +281,9 @@ def check_shape(name: str, shape: Shape, expected: Shape, layout: str) -> None:
         )
 
 
-def check_input_features(name: str, shape: Shape, weight: str,
-                         weight_shape: Shape) -> None:
+def check_input_features(
+    name: str, shape: Shape, weight: str, weight_shape: Shape
+) -> None:
     """x @ W needs x.shape[-1] == W.shape[0]; say which input and weight differ."""
     if shape[-1] != weight_shape[0]:
         raise ValueError(
@@ -291,8 +293,9 @@ def check_input_features(name: str, shape: Shape, weight: str,
         )
 
 
-def check_mha_params(shapes: dict, queries: Shape, keys: Shape, values: Shape,
-                     num_heads: int) -> tuple[int, int]:
+def check_mha_params(
+    shapes: dict, queries: Shape, keys: Shape, values: Shape, num_heads: int
+) -> tuple[int, int]:
     """Validate multi-head attention weights (given by shape) against the inputs.
 
     ``shapes`` maps W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
@@ -357,11 +360,9 @@ def check_attention(attention: str, max_src_len) -> None:
     if attention not in ATTENTIONS:
         hint = ""
         if attention in SEED_NOTES_NAMES:
-            hint = (f" (the seed notes' {attention} is "
-                    f"{SEED_NOTES_NAMES[attention]!r})")
+            hint = f" (the seed notes' {attention} is {SEED_NOTES_NAMES[attention]!r})"
         raise ValueError(
-            f"unknown attention {attention!r}; choose one of {list(ATTENTIONS)}"
-            f"{hint}"
+            f"unknown attention {attention!r}; choose one of {list(ATTENTIONS)}{hint}"
         )
     if attention == "location" and max_src_len is None:
         raise ValueError(
@@ -461,8 +462,7 @@ def score_inputs(queries, keys, *, same_feature_size: bool = False) -> None:
     check_float("queries", queries)
     check_float("keys", keys)
     check_same_dtype(queries=queries, keys=keys)
-    check_qkv(shape_of(queries), shape_of(keys),
-              same_feature_size=same_feature_size)
+    check_qkv(shape_of(queries), shape_of(keys), same_feature_size=same_feature_size)
 
 
 def additive_score_inputs(queries, keys, W_q, W_k, w_v) -> None:
@@ -516,8 +516,15 @@ def soft_attention_inputs(scores, values) -> None:
     check_scores_values(shape_of(scores), shape_of(values))
 
 
-def attention_inputs(queries, keys, values, mask=None, valid_lens=None, *,
-                     same_feature_size: bool = False) -> None:
+def attention_inputs(
+    queries,
+    keys,
+    values,
+    mask=None,
+    valid_lens=None,
+    *,
+    same_feature_size: bool = False,
+) -> None:
     """Float queries, keys, values of one dtype with pairing shapes; a bool mask
     that broadcasts to the scores (batch, num_queries, num_keys); valid_lens
     (batch,) or (batch, num_queries)."""
@@ -532,8 +539,9 @@ def attention_inputs(queries, keys, values, mask=None, valid_lens=None, *,
         check_valid_lens(shape_of(valid_lens), q[0], q[1])
 
 
-def hard_attention_inputs(weights, values, mode, generator, generator_type,
-                          generator_name) -> None:
+def hard_attention_inputs(
+    weights, values, mode, generator, generator_type, generator_name
+) -> None:
     """A known mode, a generator of the framework's type when sampling, and
     weights (batch, num_queries, num_keys) that pair with the values."""
     check_hard_mode(mode, generator is not None)
@@ -551,8 +559,7 @@ def multi_head_inputs(queries, keys, values, params, num_heads) -> None:
         check_float(name, x)
     shapes = (shape_of(queries), shape_of(keys), shape_of(values))
     check_qkv(*shapes)
-    check_mha_params({k: _shape(v) for k, v in params.items()}, *shapes,
-                     num_heads)
+    check_mha_params({k: _shape(v) for k, v in params.items()}, *shapes, num_heads)
 
 
 def split_heads_input(x, num_heads) -> None:
@@ -585,8 +592,9 @@ def statistical_attention_inputs(a, b, input_dim, context_dim) -> None:
     check_same_length("a", shape_of(a), "b", shape_of(b))
 
 
-def attention_layer_sizes(d_k, d_v, input_dim, context_dim=None, *,
-                          input_dim_required: bool) -> None:
+def attention_layer_sizes(
+    d_k, d_v, input_dim, context_dim=None, *, input_dim_required: bool
+) -> None:
     """Sizes of a single-head layer: ints >= 0; input_dim may be None (= taken
     from the first call) only where the layer builds lazily (Keras)."""
     check_count("d_k", d_k)
@@ -599,8 +607,7 @@ def attention_layer_sizes(d_k, d_v, input_dim, context_dim=None, *,
         check_count("context_dim", context_dim)
 
 
-def multi_head_sizes(num_heads, d_model, input_dims, *,
-                     input_dims_required: bool):
+def multi_head_sizes(num_heads, d_model, input_dims, *, input_dims_required: bool):
     """d_model >= 1 split evenly into num_heads heads; input_dims = (d_q_in,
     d_k_in, d_v_in), or None where the layer builds lazily. Returns the
     input_dims as a tuple of ints (or None)."""
@@ -611,8 +618,10 @@ def multi_head_sizes(num_heads, d_model, input_dims, *,
     return check_input_dims(input_dims)
 
 
-COURSE_LAYERS = ("SelfAttention, SelfAttentionDense, CrossAttention, "
-                 "StatisticalAttention, MultiHeadAttention, GRU, Encoder and Decoder")
+COURSE_LAYERS = (
+    "SelfAttention, SelfAttentionDense, CrossAttention, "
+    "StatisticalAttention, MultiHeadAttention, GRU, Encoder and Decoder"
+)
 
 
 def course_params(layer) -> dict:
@@ -642,8 +651,9 @@ def positional_input(x, d_model, max_len) -> None:
     check_positions(shape[1], max_len)
 
 
-def decoder_step_inputs(tokens, state, enc_outputs, src_mask, *, hidden_dim,
-                        attention, max_src_len) -> None:
+def decoder_step_inputs(
+    tokens, state, enc_outputs, src_mask, *, hidden_dim, attention, max_src_len
+) -> None:
     """One decoder step's inputs: tokens (batch,) int, state (batch, hidden),
     enc_outputs (batch, src_len, hidden), src_mask bool (batch, src_len)."""
     check_tokens("tokens", tokens, "(batch,)", 1)

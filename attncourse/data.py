@@ -159,23 +159,40 @@ def make_task(name, train_pairs, test_pairs, sep=" ") -> Seq2SeqTask:
     max_src = max(len(s) for s, _ in everything)
     max_tgt = max(len(t) for _, t in everything) + 1  # + <eos>
     return Seq2SeqTask(
-        name, src_vocab, tgt_vocab,
+        name,
+        src_vocab,
+        tgt_vocab,
         _split(train_pairs, src_vocab, tgt_vocab, max_src, max_tgt),
         _split(test_pairs, src_vocab, tgt_vocab, max_src, max_tgt),
-        max_src, max_tgt, sep)
+        max_src,
+        max_tgt,
+        sep,
+    )
 
 
 # --- dates ---------------------------------------------------------------------
 
-_MONTHS = ["january", "february", "march", "april", "may", "june", "july",
-           "august", "september", "october", "november", "december"]
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 DATE_FORMATS = (
-    "{d} {Mon} {yyyy}",        # 29 Nov 2026
-    "{d} {month} {yyyy}",      # 29 november 2026
-    "{month} {d}, {yyyy}",     # november 29, 2026
-    "{Mon} {d}, {yyyy}",       # Nov 29, 2026
-    "{dd}/{mm}/{yyyy}",        # 29/11/2026
-    "{dd}.{mm}.{yyyy}",        # 29.11.2026
+    "{d} {Mon} {yyyy}",  # 29 Nov 2026
+    "{d} {month} {yyyy}",  # 29 november 2026
+    "{month} {d}, {yyyy}",  # november 29, 2026
+    "{Mon} {d}, {yyyy}",  # Nov 29, 2026
+    "{dd}/{mm}/{yyyy}",  # 29/11/2026
+    "{dd}.{mm}.{yyyy}",  # 29.11.2026
 )
 _FIRST_DAY = datetime.date(1950, 1, 1)
 _NUM_DAYS = (datetime.date(2049, 12, 31) - _FIRST_DAY).days + 1
@@ -183,8 +200,14 @@ _NUM_DAYS = (datetime.date(2049, 12, 31) - _FIRST_DAY).days + 1
 
 def _format_date(date: datetime.date, fmt: str) -> str:
     month = _MONTHS[date.month - 1]
-    return fmt.format(d=date.day, dd=f"{date.day:02d}", mm=f"{date.month:02d}",
-                      yyyy=date.year, month=month, Mon=month[:3].title())
+    return fmt.format(
+        d=date.day,
+        dd=f"{date.day:02d}",
+        mm=f"{date.month:02d}",
+        yyyy=date.year,
+        month=month,
+        Mon=month[:3].title(),
+    )
 
 
 def date_pairs(n: int, seed: int = 0, formats=DATE_FORMATS) -> list:
@@ -200,21 +223,29 @@ def date_pairs(n: int, seed: int = 0, formats=DATE_FORMATS) -> list:
     return pairs
 
 
-def make_dates_task(num_train: int = 2000, num_test: int = 500,
-                    seed: int = 0) -> Seq2SeqTask:
+def make_dates_task(
+    num_train: int = 2000, num_test: int = 500, seed: int = 0
+) -> Seq2SeqTask:
     """Date normalisation, one token per character; disjoint train/test dates."""
-    pairs = [(list(s), list(t))
-             for s, t in date_pairs(num_train + num_test, seed)]
+    pairs = [(list(s), list(t)) for s, t in date_pairs(num_train + num_test, seed)]
     return make_task("dates", pairs[:num_train], pairs[num_train:], sep="")
 
 
 # --- a toy Chinese -> English corpus ---------------------------------------------
 
 ZH_EN_PLACES = (
-    ("北京", "beijing"), ("上海", "shanghai"), ("广州", "guangzhou"),
-    ("深圳", "shenzhen"), ("南京", "nanjing"), ("西安", "xian"),
-    ("成都", "chengdu"), ("杭州", "hangzhou"), ("天津", "tianjin"),
-    ("武汉", "wuhan"), ("重庆", "chongqing"), ("苏州", "suzhou"),
+    ("北京", "beijing"),
+    ("上海", "shanghai"),
+    ("广州", "guangzhou"),
+    ("深圳", "shenzhen"),
+    ("南京", "nanjing"),
+    ("西安", "xian"),
+    ("成都", "chengdu"),
+    ("杭州", "hangzhou"),
+    ("天津", "tianjin"),
+    ("武汉", "wuhan"),
+    ("重庆", "chongqing"),
+    ("苏州", "suzhou"),
 )
 ZH_EN_TEMPLATES = (  # {} = the place; word order differs in several of them
     ("欢迎 来 {}", "welcome to {}"),
@@ -232,9 +263,11 @@ ZH_EN_TEMPLATES = (  # {} = the place; word order differs in several of them
 
 def zh_en_pairs() -> list:
     """Every template x place as (zh, en, template index, place index)."""
-    return [(zh.format(p_zh), en.format(p_en), t, p)
-            for t, (zh, en) in enumerate(ZH_EN_TEMPLATES)
-            for p, (p_zh, p_en) in enumerate(ZH_EN_PLACES)]
+    return [
+        (zh.format(p_zh), en.format(p_en), t, p)
+        for t, (zh, en) in enumerate(ZH_EN_TEMPLATES)
+        for p, (p_zh, p_en) in enumerate(ZH_EN_PLACES)
+    ]
 
 
 def _held_out(template: int, place: int) -> bool:
@@ -281,10 +314,12 @@ class TrainedModel:
 
 
 TRAIN_CONFIGS = {
-    "dates": TrainConfig(embed_dim=16, hidden_dim=48, steps=150, batch_size=64,
-                         learning_rate=0.02),
-    "zh_en": TrainConfig(embed_dim=24, hidden_dim=48, steps=100, batch_size=64,
-                         learning_rate=0.02),
+    "dates": TrainConfig(
+        embed_dim=16, hidden_dim=48, steps=150, batch_size=64, learning_rate=0.02
+    ),
+    "zh_en": TrainConfig(
+        embed_dim=24, hidden_dim=48, steps=100, batch_size=64, learning_rate=0.02
+    ),
 }
 
 # (task, attention, framework) -> the held-out exact-match accuracy that the

@@ -5,8 +5,9 @@ import sys
 from tqdm import tqdm
 
 
-def progress(iterable=None, *, desc: str | None = None, total: int | None = None,
-             **kwargs):
+def progress(
+    iterable=None, *, desc: str | None = None, total: int | None = None, **kwargs
+):
     """A text tqdm bar on stdout that refreshes at most every few seconds.
 
     Text (not a widget) so the executed notebook stays self-contained and the

@@ -20,7 +20,8 @@ def as_array(x, what="result") -> np.ndarray:
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(
             f"{what} could not be converted to an array ({type(exc).__name__}: "
-            f"{exc}); return a TensorFlow or PyTorch tensor") from None
+            f"{exc}); return a TensorFlow or PyTorch tensor"
+        ) from None
     if arr.dtype.kind == "O":
         raise AssertionError(f"{what} is not a tensor of numbers (got {type(x)})")
     return arr.astype(np.float64) if arr.dtype.kind == "f" else arr
@@ -45,13 +46,15 @@ def expect_distribution(weights, what="weights", mask=None, atol=1e-5) -> None:
     if mask is not None:
         m = np.broadcast_to(as_array(mask, "mask").astype(bool), w.shape)
         assert np.allclose(w[~m], 0, atol=atol), (
-            f"{what} must be 0 where the mask is False (masked keys)")
+            f"{what} must be 0 where the mask is False (masked keys)"
+        )
         target = m.any(axis=-1).astype(float)
     sums = w.sum(axis=-1)
     assert np.allclose(sums, target, atol=atol), (
         f"each row of {what} should sum to 1 over the keys (last axis)"
         + ("; rows with no unmasked key should sum to 0" if mask is not None else "")
-        + f"; got row sums between {sums.min():.4f} and {sums.max():.4f}")
+        + f"; got row sums between {sums.min():.4f} and {sums.max():.4f}"
+    )
 
 
 def expect_close(actual, desired, what="result", atol=1e-5, rtol=1e-4) -> None:
@@ -60,4 +63,5 @@ def expect_close(actual, desired, what="result", atol=1e-5, rtol=1e-4) -> None:
     assert a.shape == d.shape, f"{what} should have shape {d.shape}, got {a.shape}"
     assert np.allclose(a, d, atol=atol, rtol=rtol), (
         f"{what} is not as expected (largest difference "
-        f"{np.max(np.abs(a - d)):.3g}, tolerance {atol:g})")
+        f"{np.max(np.abs(a - d)):.3g}, tolerance {atol:g})"
+    )

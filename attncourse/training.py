@@ -45,8 +45,10 @@ def exact_match(task, tokens, split="test"):
     """The fraction of sentences of ``split`` whose decoded ``tokens`` (N,
     steps), up to the first <eos>, equal the target exactly."""
     data = task.split(split)
-    hits = [task.tgt_vocab.decode(row) == tgt
-            for row, (_, tgt) in zip(tokens, data.pairs, strict=True)]
+    hits = [
+        task.tgt_vocab.decode(row) == tgt
+        for row, (_, tgt) in zip(tokens, data.pairs, strict=True)
+    ]
     return float(np.mean(hits))
 
 
@@ -56,11 +58,19 @@ def run_experiment(framework, task, attention, config, desc=None):
     and sequence_accuracy. Returns a TrainedModel."""
     start = time.perf_counter()
     set_seed(config.seed)
-    encoder, decoder = framework.build_seq2seq(task, attention, config.embed_dim,
-                                               config.hidden_dim)
-    losses = framework.train_seq2seq(encoder, decoder, task, config.steps,
-                                     config.batch_size, config.learning_rate,
-                                     config.clip_norm, config.seed, desc)
+    encoder, decoder = framework.build_seq2seq(
+        task, attention, config.embed_dim, config.hidden_dim
+    )
+    losses = framework.train_seq2seq(
+        encoder,
+        decoder,
+        task,
+        config.steps,
+        config.batch_size,
+        config.learning_rate,
+        config.clip_norm,
+        config.seed,
+        desc,
+    )
     accuracy = framework.sequence_accuracy(encoder, decoder, task, "test")
-    return TrainedModel(encoder, decoder, losses, accuracy,
-                        time.perf_counter() - start)
+    return TrainedModel(encoder, decoder, losses, accuracy, time.perf_counter() - start)

@@ -24,21 +24,34 @@ from attncourse import benchmark
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path,
-                        default=Path("_build/bench/attention_speed.json"))
-    parser.add_argument("--quick", action="store_true",
-                        help=f"lengths {benchmark.QUICK_LENGTHS} only (under a minute)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed calls per case (default 5, --quick 3)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads per framework (default 1)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("_build/bench/attention_speed.json")
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"lengths {benchmark.QUICK_LENGTHS} only (under a minute)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed calls per case (default 5, --quick 3)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads per framework (default 1)"
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)
     lengths = benchmark.QUICK_LENGTHS if args.quick else benchmark.LENGTHS
 
-    report = benchmark.run_subprocess(time_lengths=lengths, repeats=repeats,
-                                      memory_lengths=lengths, threads=args.threads,
-                                      progress=True)
+    report = benchmark.run_subprocess(
+        time_lengths=lengths,
+        repeats=repeats,
+        memory_lengths=lengths,
+        threads=args.threads,
+        progress=True,
+    )
     table = report.pop("markdown")
     measure.write_report(args.out, report, table)
 

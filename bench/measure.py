@@ -38,12 +38,23 @@ from urllib.parse import unquote, urlsplit
 import psutil
 
 __all__ = [
-    "GB", "MB", "Target", "Timer", "TreeRSSSampler", "fmt_bytes", "kill_tree",
-    "machine_info", "markdown_table", "package_version", "page_weight",
-    "run_measured", "site_weights", "targets_table",
+    "GB",
+    "MB",
+    "Target",
+    "Timer",
+    "TreeRSSSampler",
+    "fmt_bytes",
+    "kill_tree",
+    "machine_info",
+    "markdown_table",
+    "package_version",
+    "page_weight",
+    "run_measured",
+    "site_weights",
+    "targets_table",
 ]
 
-MB = 1000**2   # limits are decimal: "2 MB" = 2 * MB bytes
+MB = 1000**2  # limits are decimal: "2 MB" = 2 * MB bytes
 GB = 1000**3
 
 
@@ -124,15 +135,20 @@ class TreeRSSSampler:
     * A process that starts and ends between two samples is not seen at all.
     """
 
-    def __init__(self, pid: int | None = None, *, include_root: bool = True,
-                 interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        pid: int | None = None,
+        *,
+        include_root: bool = True,
+        interval: float = 0.05,
+    ) -> None:
         self.pid = os.getpid() if pid is None else pid
         self.include_root = include_root
         self.interval = interval
         self.peak_bytes = 0
-        self.peak_processes = 0      # processes counted in the peak sample
-        self.peak_at = None          # seconds after start() of the peak sample
-        self.max_processes = 0       # most processes seen in one sample
+        self.peak_processes = 0  # processes counted in the peak sample
+        self.peak_at = None  # seconds after start() of the peak sample
+        self.max_processes = 0  # most processes seen in one sample
         self.samples = 0
         self._hwm: dict[int, int] = {}
         self._stop = threading.Event()
@@ -158,7 +174,7 @@ class TreeRSSSampler:
         for proc in self._processes():
             try:
                 total += proc.memory_info().rss
-            except psutil.Error:      # exited (or not ours) since the listing
+            except psutil.Error:  # exited (or not ours) since the listing
                 continue
             count += 1
             hwm = _vm_hwm_bytes(proc.pid)
@@ -179,14 +195,15 @@ class TreeRSSSampler:
         self._t0 = time.perf_counter()
         self._stop.clear()
         self.sample()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name="tree-rss-sampler")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name="tree-rss-sampler"
+        )
         self._thread.start()
         return self
 
     def stop(self) -> TreeRSSSampler:
         if self._thread is not None:
-            self.sample()             # one last look before the caller moves on
+            self.sample()  # one last look before the caller moves on
             self._stop.set()
             self._thread.join()
             self._thread = None
@@ -200,13 +217,17 @@ class TreeRSSSampler:
 
     def result(self) -> dict:
         """The figures as a JSON-ready dict."""
-        return {"peak_rss_bytes": self.peak_bytes,
-                "peak_processes": self.peak_processes,
-                "peak_at_seconds": (None if self.peak_at is None
-                                    else round(self.peak_at, 2)),
-                "max_processes": self.max_processes,
-                "hwm_sum_bytes": self.hwm_sum_bytes,
-                "samples": self.samples, "interval_seconds": self.interval}
+        return {
+            "peak_rss_bytes": self.peak_bytes,
+            "peak_processes": self.peak_processes,
+            "peak_at_seconds": (
+                None if self.peak_at is None else round(self.peak_at, 2)
+            ),
+            "max_processes": self.max_processes,
+            "hwm_sum_bytes": self.hwm_sum_bytes,
+            "samples": self.samples,
+            "interval_seconds": self.interval,
+        }
 
 
 def kill_tree(pid: int) -> None:
@@ -223,8 +244,13 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def run_measured(cmd: list[str], *, interval: float = 0.05,
-                 timeout: float | None = None, **popen_kwargs) -> dict:
+def run_measured(
+    cmd: list[str],
+    *,
+    interval: float = 0.05,
+    timeout: float | None = None,
+    **popen_kwargs,
+) -> dict:
     """Run ``cmd`` to completion; wall seconds and the peak RSS of its tree.
 
     stdout and stderr are captured as text unless ``popen_kwargs`` says
@@ -244,9 +270,14 @@ def run_measured(cmd: list[str], *, interval: float = 0.05,
                 kill_tree(proc.pid)
                 proc.communicate()
                 raise
-    return {"cmd": [str(c) for c in cmd], "returncode": proc.returncode,
-            "seconds": round(timer.seconds, 2), "stdout": stdout, "stderr": stderr,
-            **mem.result()}
+    return {
+        "cmd": [str(c) for c in cmd],
+        "returncode": proc.returncode,
+        "seconds": round(timer.seconds, 2),
+        "stdout": stdout,
+        "stderr": stderr,
+        **mem.result(),
+    }
 
 
 # --- weight of the pages of a static site ------
@@ -269,7 +300,7 @@ class _PageParser(html.parser.HTMLParser):
         self.images: list[str] = []
         self.scripts: list[str] = []
         self.styles: list[str] = []
-        self.preloads: list[tuple[str, str]] = []   # (href, as)
+        self.preloads: list[tuple[str, str]] = []  # (href, as)
 
     def handle_starttag(self, tag, attrs):
         a = {k: (v or "") for k, v in attrs}
@@ -299,10 +330,7 @@ def _local_target(url: str, base: Path, root: Path) -> Path | None:
     path = unquote(urlsplit(url).path)
     if not path:
         return None
-    if path.startswith("/"):
-        joined = root / path.lstrip("/")
-    else:
-        joined = base / path
+    joined = root / path.lstrip("/") if path.startswith("/") else base / path
     return Path(posixpath.normpath(joined.as_posix()))
 
 
@@ -331,8 +359,13 @@ def _css_references(css: Path, root: Path, seen: set[Path]) -> tuple[set, set]:
     return styles, fonts
 
 
-def page_weight(page: Path, root: Path, *, mathjax_marker: str = "mathjax",
-                _css_cache: dict | None = None) -> dict:
+def page_weight(
+    page: Path,
+    root: Path,
+    *,
+    mathjax_marker: str = "mathjax",
+    _css_cache: dict | None = None,
+) -> dict:
     """What one HTML page costs to load, in bytes, from the files on disk.
 
     ``root`` is the site's top folder (for ``/``-absolute URLs). Each file
@@ -359,8 +392,9 @@ def page_weight(page: Path, root: Path, *, mathjax_marker: str = "mathjax",
     css_cache = {} if _css_cache is None else _css_cache
     parser = _PageParser()
     parser.feed(page.read_text(encoding="utf-8", errors="ignore"))
-    groups: dict[str, set[Path]] = {k: set() for k in
-                                    ("images", "css", "js", "fonts", "mathjax")}
+    groups: dict[str, set[Path]] = {
+        k: set() for k in ("images", "css", "js", "fonts", "mathjax")
+    }
     external, missing = [], []
 
     def add(url: str, group: str) -> None:
@@ -399,8 +433,11 @@ def page_weight(page: Path, root: Path, *, mathjax_marker: str = "mathjax",
             add(url, "js")
 
     def rel(path: Path) -> str:
-        return path.relative_to(root).as_posix() if path.is_relative_to(root) \
+        return (
+            path.relative_to(root).as_posix()
+            if path.is_relative_to(root)
             else str(path)
+        )
 
     sizes = {"html": page.stat().st_size}
     for group, files in groups.items():
@@ -419,8 +456,9 @@ def page_weight(page: Path, root: Path, *, mathjax_marker: str = "mathjax",
         "loads_mathjax": bool(groups["mathjax"]),
         "missing": sorted(set(missing)),
         "external": sorted(set(external)),
-        "files": {group: sorted(rel(p) for p in files)
-                  for group, files in groups.items()},
+        "files": {
+            group: sorted(rel(p) for p in files) for group, files in groups.items()
+        },
     }
 
 
@@ -428,8 +466,12 @@ def _tree_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def site_weights(root: Path, *, mathjax_dir: str = "_static/mathjax",
-                 exclude: tuple[str, ...] = ("_sources/", "_static/")) -> dict:
+def site_weights(
+    root: Path,
+    *,
+    mathjax_dir: str = "_static/mathjax",
+    exclude: tuple[str, ...] = ("_sources/", "_static/"),
+) -> dict:
     """``page_weight`` of every ``*.html`` under ``root`` (pages below
     ``exclude`` prefixes skipped), largest ``page_with_images`` first, plus
     site totals and what MathJax could load lazily: every file under
@@ -451,41 +493,59 @@ def site_weights(root: Path, *, mathjax_dir: str = "_static/mathjax",
         for group, files in page["files"].items():
             for rel in files:
                 path = root / rel
-                entry = assets.setdefault(rel, {
-                    "file": rel, "group": group, "pages": 0,
-                    "bytes": path.stat().st_size if path.is_file() else None})
+                entry = assets.setdefault(
+                    rel,
+                    {
+                        "file": rel,
+                        "group": group,
+                        "pages": 0,
+                        "bytes": path.stat().st_size if path.is_file() else None,
+                    },
+                )
                 entry["pages"] += 1
-    assets_list = sorted(assets.values(), key=lambda a: a["bytes"] or 0,
-                         reverse=True)
+    assets_list = sorted(assets.values(), key=lambda a: a["bytes"] or 0, reverse=True)
     mj = root / mathjax_dir
     mathjax = None
     if mj.is_dir():
         entry = max((p["mathjax_bytes"] for p in pages), default=0)
         fonts = [p for p in mj.rglob("*") if p.suffix.lower() in FONT_SUFFIXES]
         folder = _tree_bytes(mj)
-        mathjax = {"folder_bytes": folder, "entry_bytes": entry,
-                   "lazy_upper_bytes": folder - entry,
-                   "font_files": len(fonts),
-                   "font_bytes": sum(p.stat().st_size for p in fonts)}
-    return {"root": str(root), "pages": pages, "site_bytes": _tree_bytes(root),
-            "assets": assets_list, "mathjax": mathjax}
+        mathjax = {
+            "folder_bytes": folder,
+            "entry_bytes": entry,
+            "lazy_upper_bytes": folder - entry,
+            "font_files": len(fonts),
+            "font_bytes": sum(p.stat().st_size for p in fonts),
+        }
+    return {
+        "root": str(root),
+        "pages": pages,
+        "site_bytes": _tree_bytes(root),
+        "assets": assets_list,
+        "mathjax": mathjax,
+    }
 
 
 # --- targets and tables ------
 
 
-def markdown_table(header: list[str], rows: list[list], *,
-                   align: str | None = None) -> str:
+def markdown_table(
+    header: list[str], rows: list[list], *, align: str | None = None
+) -> str:
     """A GitHub-flavoured markdown table. Cells are str()-ed, ``|`` escaped,
     None shown as empty. ``align``: one letter per column (l, r or c)."""
+
     def cell(value) -> str:
-        return "" if value is None else str(value).replace("|", "\\|").replace(
-            "\n", " ")
+        return (
+            "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+        )
 
     marks = {"l": ":---", "r": "---:", "c": ":---:"}
     rule = [marks[a] for a in align] if align else ["---"] * len(header)
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
-             "| " + " | ".join(rule) + " |"]
+    lines = [
+        "| " + " | ".join(cell(h) for h in header) + " |",
+        "| " + " | ".join(rule) + " |",
+    ]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
@@ -515,8 +575,9 @@ class Target:
             return "n/a"
         if self.limit is None:
             return "info"
-        ok = self.value <= self.limit if self.kind == "max" else \
-            self.value >= self.limit
+        ok = (
+            self.value <= self.limit if self.kind == "max" else self.value >= self.limit
+        )
         return "pass" if ok else "MISS"
 
     def show(self, value) -> str:
@@ -539,8 +600,11 @@ class Target:
 
 def targets_table(targets: list[Target]) -> str:
     """Markdown: target | measured | limit | result | note."""
-    return markdown_table(["target", "measured", "limit", "result", "note"],
-                          [t.row() for t in targets], align="lrrcl")
+    return markdown_table(
+        ["target", "measured", "limit", "result", "note"],
+        [t.row() for t in targets],
+        align="lrrcl",
+    )
 
 
 # --- the machine ------

@@ -56,8 +56,10 @@ HUB_API_PORT = int(setting("ATTNCOURSE_HUB_API_PORT", "8081"))
 PROXY_API_PORT = int(setting("ATTNCOURSE_PROXY_API_PORT", "8001"))
 FORMGRADER_PORT = int(setting("ATTNCOURSE_FORMGRADER_PORT", "9999"))
 # configurable-http-proxy, installed by `npm ci --prefix classroom`
-PROXY = setting("ATTNCOURSE_PROXY_COMMAND",
-                str(HERE / "node_modules" / ".bin" / "configurable-http-proxy"))
+PROXY = setting(
+    "ATTNCOURSE_PROXY_COMMAND",
+    str(HERE / "node_modules" / ".bin" / "configurable-http-proxy"),
+)
 CONFIG_DIRS = HERE / "jupyter"  # per-role Jupyter configuration
 
 
@@ -65,8 +67,10 @@ def read_roster(path: Path) -> tuple[list[str], list[str]]:
     """(instructors, students) from lines 'instructor NAME' / 'student NAME'."""
     instructors, students = [], []
     if not path.exists():
-        print(f"[attention-course] no roster at {path.resolve()}: nobody can log in",
-              file=sys.stderr)
+        print(
+            f"[attention-course] no roster at {path.resolve()}: nobody can log in",
+            file=sys.stderr,
+        )
         return instructors, students
     for number, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -74,8 +78,10 @@ def read_roster(path: Path) -> tuple[list[str], list[str]]:
             continue
         parts = line.split()
         if len(parts) != 2 or parts[0] not in ("instructor", "student"):
-            raise ValueError(f"{path}:{number}: expected 'instructor NAME' or "
-                             f"'student NAME', got {line!r}")
+            raise ValueError(
+                f"{path}:{number}: expected 'instructor NAME' or "
+                f"'student NAME', got {line!r}"
+            )
         (instructors if parts[0] == "instructor" else students).append(parts[1])
     return instructors, students
 
@@ -114,28 +120,37 @@ c.JupyterHub.load_groups = {
 
 # ---------------------------------------------------------------- roles (RBAC)
 c.JupyterHub.load_roles = [
-    {   # students: find the course's service (nbgrader lists courses through it)
+    {  # students: find the course's service (nbgrader lists courses through it)
         "name": STUDENTS_GROUP,
         "groups": [STUDENTS_GROUP],
         "scopes": ["list:services", f"read:services!service={COURSE}"],
     },
-    {   # instructors: the formgrader, the admin page, start/stop servers
+    {  # instructors: the formgrader, the admin page, start/stop servers
         "name": GRADERS_GROUP,
         "groups": [GRADERS_GROUP],
         "scopes": [
             f"access:services!service={COURSE}",
-            "list:services", f"read:services!service={COURSE}",
-            "admin-ui", "list:users", "read:users", "read:groups", "admin:servers",
+            "list:services",
+            f"read:services!service={COURSE}",
+            "admin-ui",
+            "list:users",
+            "read:users",
+            "read:groups",
+            "admin:servers",
         ],
     },
-    {   # the formgrader service: read the course's groups; `nbgrader db student
+    {  # the formgrader service: read the course's groups; `nbgrader db student
         # add` (and the formgrader's "add student") puts a student in the group
         "name": f"{COURSE}-service",
         "services": [COURSE],
         "scopes": [
-            "list:users", "read:users:name", "read:users:groups",
-            f"read:groups!group={STUDENTS_GROUP}", f"groups!group={STUDENTS_GROUP}",
-            "list:services", f"read:services!service={COURSE}",
+            "list:users",
+            "read:users:name",
+            "read:users:groups",
+            f"read:groups!group={STUDENTS_GROUP}",
+            f"groups!group={STUDENTS_GROUP}",
+            "list:services",
+            f"read:services!service={COURSE}",
         ],
     },
 ]

@@ -30,8 +30,10 @@ def main(argv=None) -> int:
         print(problem or "ok: a bubblewrap sandbox can be started")
         return 1 if problem else 0
     if command not in COMMANDS:
-        print(f"unknown command {command!r}; one of: {', '.join(COMMANDS)}, sandbox",
-              file=sys.stderr)
+        print(
+            f"unknown command {command!r}; one of: {', '.join(COMMANDS)}, sandbox",
+            file=sys.stderr,
+        )
         return 2
     import importlib
 

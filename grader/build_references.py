@@ -84,10 +84,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignments", nargs="*", default=list(assignments.ASSIGNMENTS))
     parser.add_argument("--root", type=Path, default=ROOT, help="the course root")
-    parser.add_argument("--check", action="store_true",
-                        help="only compare with the stored files; exit 1 if stale")
-    parser.add_argument("--no-crosscheck", action="store_true",
-                        help="skip the comparison with the library (no TF/torch)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only compare with the stored files; exit 1 if stale",
+    )
+    parser.add_argument(
+        "--no-crosscheck",
+        action="store_true",
+        help="skip the comparison with the library (no TF/torch)",
+    )
     args = parser.parse_args(argv)
     stale = 0
     for assignment in args.assignments:
@@ -103,8 +109,10 @@ def main(argv=None) -> int:
             print(f"{assignment}: STALE -- {'; '.join(diffs[:5])}")
         else:
             reference.save(path, arrays)
-            print(f"{assignment}: wrote {path.relative_to(args.root)} "
-                  f"({len(diffs)} changes)")
+            print(
+                f"{assignment}: wrote {path.relative_to(args.root)} "
+                f"({len(diffs)} changes)"
+            )
     if args.check and stale:
         print("run `python -m grader references` to regenerate")
         return 1

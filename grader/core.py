@@ -100,8 +100,10 @@ def _describe_difference(obs, exp, key) -> str:
     atol, rtol = _tolerances(key)
     diff = np.abs(obs - exp)
     bad = diff > atol + rtol * np.abs(exp)
-    return (f"{int(bad.sum())} of {bad.size} entries are off by more than "
-            f"{atol:g} + {rtol:g}*|expected| (largest difference {diff.max():.2g})")
+    return (
+        f"{int(bad.sum())} of {bad.size} entries are off by more than "
+        f"{atol:g} + {rtol:g}*|expected| (largest difference {diff.max():.2g})"
+    )
 
 
 # What the axes of a compared array are, by key and number of axes (singular,
@@ -136,8 +138,9 @@ def _where(bad: np.ndarray, axes) -> list[str]:
     found = []
     for axis, (one, many) in enumerate(axes):
         n = bad.shape[axis]
-        hit = np.flatnonzero(bad.any(axis=tuple(a for a in range(bad.ndim)
-                                                 if a != axis)))
+        hit = np.flatnonzero(
+            bad.any(axis=tuple(a for a in range(bad.ndim) if a != axis))
+        )
         if n < 2 or len(hit) in (0, n):
             continue
         if len(hit) > MAX_LISTED:
@@ -186,26 +189,33 @@ def _pattern(obs, exp, key, hidden=None) -> list[str]:
     factor = float(np.sum(obs * exp)) / norm if norm > 0 else 1.0
     shift = float(np.mean(obs - exp))
     if abs(factor - 1) > 1e-2 and close(obs, factor * exp):
-        facts.append(f"a constant factor: every entry is about {factor:.2g} "
-                     f"times the expected one")
+        facts.append(
+            f"a constant factor: every entry is about {factor:.2g} "
+            f"times the expected one"
+        )
     elif abs(shift) > atol and close(obs, exp + shift):
-        facts.append("a constant offset: every entry is shifted by the same "
-                     "amount")
+        facts.append("a constant offset: every entry is shifted by the same amount")
     if axes is not None:
         for axis, (_, many) in enumerate(axes):
             if obs.shape[axis] < 2 or many == _FEATURE[1]:
                 continue
             perm = _permutation(obs, exp, axis, close)
             if perm is not None and perm != list(range(len(perm))):
-                order = ("in reverse order" if perm == list(range(len(perm)))[::-1]
-                         else "in a different order (a permutation)")
+                order = (
+                    "in reverse order"
+                    if perm == list(range(len(perm)))[::-1]
+                    else "in a different order (a permutation)"
+                )
                 facts.append(f"the {many} are right but {order}")
         for a in range(obs.ndim):
             for b in range(a + 1, obs.ndim):
-                if obs.shape[a] == obs.shape[b] > 1 and close(obs, np.swapaxes(
-                        exp, a, b)):
-                    facts.append(f"the {axes[a][1]} and {axes[b][1]} axes are "
-                                 f"swapped (a transpose of the expected result)")
+                if obs.shape[a] == obs.shape[b] > 1 and close(
+                    obs, np.swapaxes(exp, a, b)
+                ):
+                    facts.append(
+                        f"the {axes[a][1]} and {axes[b][1]} axes are "
+                        f"swapped (a transpose of the expected result)"
+                    )
     if hidden is not None and bad.any():
         try:
             masked = np.broadcast_to(np.asarray(hidden, dtype=bool), bad.shape)
@@ -213,17 +223,22 @@ def _pattern(obs, exp, key, hidden=None) -> list[str]:
             masked = None
         if masked is not None and masked.any() and not masked.all():
             if not (bad & ~masked).any():
-                facts.append("only at masked positions (attention_mask False): "
-                             "they must get weight 0")
+                facts.append(
+                    "only at masked positions (attention_mask False): "
+                    "they must get weight 0"
+                )
             elif not (bad & masked).any():
-                facts.append("only at positions the mask allows (the masked ones "
-                             "are right)")
+                facts.append(
+                    "only at positions the mask allows (the masked ones are right)"
+                )
     if key == "weights" and obs.ndim >= 2:
         exp_sums, obs_sums = exp.sum(axis=-1), obs.sum(axis=-1)
         off = (np.abs(exp_sums - 1) < 1e-6) & (np.abs(obs_sums - 1) > 1e-3)
         if off.any():
-            facts.append(f"{int(off.sum())} of {off.size} rows of weights do not "
-                         f"sum to 1 over the keys")
+            facts.append(
+                f"{int(off.sum())} of {off.size} rows of weights do not "
+                f"sum to 1 over the keys"
+            )
     return facts
 
 
@@ -232,8 +247,14 @@ def _label(key: str) -> str:
     return f"gradients w.r.t. {key[5:]}" if key.startswith("grad_") else key
 
 
-def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dict,
-            observed: dict) -> None:
+def verdict(
+    check: Check,
+    framework: str,
+    case: str,
+    inputs: dict,
+    expected: dict,
+    observed: dict,
+) -> None:
     """Raise GradingError naming what is wrong (and the likely mistake), or pass."""
     who = check.targets[framework]
     note = check.case_notes.get(case, "")
@@ -256,22 +277,31 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
         if obs.shape != exp.shape and obs.size == exp.size == 1:
             obs = obs.reshape(exp.shape)
         if obs.shape != exp.shape:
-            msg = (f"{who}: {_label(key)} have shape {obs.shape}, expected {exp.shape} "
-                   f"({where}).")
+            msg = (
+                f"{who}: {_label(key)} have shape {obs.shape}, expected {exp.shape} "
+                f"({where})."
+            )
             if obs.ndim >= 2 and obs.shape[:-2] + obs.shape[-2:][::-1] == exp.shape:
-                msg += ("\nLikely mistake (swapped-axes): the last two axes are "
-                        "swapped -- queries index the rows, keys the columns.")
+                msg += (
+                    "\nLikely mistake (swapped-axes): the last two axes are "
+                    "swapped -- queries index the rows, keys the columns."
+                )
             raise GradingError(msg)
         if exp.dtype.kind == "b" and obs.dtype.kind != "b":
-            raise GradingError(f"{who}: {_label(key)} must be boolean (True = "
-                               f"attend), got dtype {obs.dtype} ({where})")
+            raise GradingError(
+                f"{who}: {_label(key)} must be boolean (True = "
+                f"attend), got dtype {obs.dtype} ({where})"
+            )
         if obs.dtype.kind == "f" and not np.all(np.isfinite(obs)):
             variant = diagnose(check, case, inputs, observed)
             axes = _axes(key, obs.ndim)
             spots = _where(~np.isfinite(obs), axes) if axes else []
-            msg = (f"{who}: {_label(key)} contain NaN or inf ({where}): "
-                   f"{int(np.sum(~np.isfinite(obs)))} of {obs.size} entries"
-                   + (f", {'; '.join(spots)}" if spots else "") + ".")
+            msg = (
+                f"{who}: {_label(key)} contain NaN or inf ({where}): "
+                f"{int(np.sum(~np.isfinite(obs)))} of {obs.size} entries"
+                + (f", {'; '.join(spots)}" if spots else "")
+                + "."
+            )
             if variant is not None:
                 msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
             elif check.nan_hint:
@@ -280,21 +310,27 @@ def verdict(check: Check, framework: str, case: str, inputs: dict, expected: dic
         if _close(obs, exp, key):
             continue
         shown = obs.astype(exp.dtype) if exp.dtype.kind in "biu" else obs
-        msg = (f"{who}: {_label(key)} do not match the reference ({where}): "
-               f"{_describe_difference(shown, exp, key)}.")
+        msg = (
+            f"{who}: {_label(key)} do not match the reference ({where}): "
+            f"{_describe_difference(shown, exp, key)}."
+        )
         variant = diagnose(check, case, inputs, observed)
         if variant is not None:
             msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
         elif key.startswith("grad_") and not np.any(obs):
-            msg += ("\nLikely mistake (no-gradient): the gradient is zero -- part of "
-                    "the computation is cut off from autodiff.")
+            msg += (
+                "\nLikely mistake (no-gradient): the gradient is zero -- part of "
+                "the computation is cut off from autodiff."
+            )
         else:
             facts = _facts(check, key, shown, exp, inputs)
             if facts:
                 msg += "\nWhat differs: " + "; ".join(facts) + "."
             if check.reminder:
-                msg += ("\nNo known mistake matches. Check against the interface: "
-                        + check.reminder)
+                msg += (
+                    "\nNo known mistake matches. Check against the interface: "
+                    + check.reminder
+                )
         raise GradingError(msg)
 
 
@@ -307,7 +343,8 @@ def _facts(check: Check, key: str, obs, exp, inputs: dict) -> list[str]:
             return _where(bad, axes) if axes else []
         hidden = check.hidden(inputs) if check.hidden and key == "weights" else None
         with np.errstate(all="ignore"):  # the student's numbers may be huge
-            return _pattern(np.asarray(obs, dtype=np.float64),
-                            exp.astype(np.float64), key, hidden)
+            return _pattern(
+                np.asarray(obs, dtype=np.float64), exp.astype(np.float64), key, hidden
+            )
     except Exception:  # noqa: BLE001  (a description must never break a verdict)
         return []

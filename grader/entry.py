@@ -58,8 +58,9 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def check(state_dir, folder, student: str, assignment: str, notebook: str,
-          run: str | None) -> str | None:
+def check(
+    state_dir, folder, student: str, assignment: str, notebook: str, run: str | None
+) -> str | None:
     """Why ``<folder>/<notebook>.ipynb``, the submission of ``student`` for
     ``assignment`` that nbgrader read, may not be autograded (None: it is this
     run's staged copy)."""
@@ -68,8 +69,10 @@ def check(state_dir, folder, student: str, assignment: str, notebook: str,
     state = Path(state_dir)
     folder = Path(folder)
     if not (_inside(folder, state / "staged") or _inside(folder, state / "parts")):
-        return (f"it was read from {folder}, not from the grader's staged copies "
-                f"in {state / 'staged'}")
+        return (
+            f"it was read from {folder}, not from the grader's staged copies "
+            f"in {state / 'staged'}"
+        )
     if not run:
         return f"{RUN_ENV} is not set (this is not a grading run)"
     try:
@@ -85,14 +88,16 @@ def check(state_dir, folder, student: str, assignment: str, notebook: str,
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            raw = staging.read_at(fd, (f"{notebook}.ipynb",),
-                                  staging.MAX_NOTEBOOK_BYTES)
+            raw = staging.read_at(
+                fd, (f"{notebook}.ipynb",), staging.MAX_NOTEBOOK_BYTES
+            )
         finally:
             os.close(fd)
     except OSError as exc:
         return f"the staged notebook cannot be read ({exc.strerror})"
-    actual = staging.vouch(state, run, student, assignment, notebook,
-                           hashlib.sha256(raw).hexdigest())
+    actual = staging.vouch(
+        state, run, student, assignment, notebook, hashlib.sha256(raw).hexdigest()
+    )
     if not hmac.compare_digest(actual, expected):
         return "the notebook is not the one grading staged (changed or forged)"
     return None
@@ -101,8 +106,9 @@ def check(state_dir, folder, student: str, assignment: str, notebook: str,
 class RequireStaged(NbGraderPreprocessor):
     """See the module docstring. First in ``Autograde.autograde_preprocessors``."""
 
-    state_dir = Unicode("", help="grader-only folder (default: the "
-                        "GuardedExecute.state_dir setting)").tag(config=True)
+    state_dir = Unicode(
+        "", help="grader-only folder (default: the GuardedExecute.state_dir setting)"
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader", {})
@@ -115,9 +121,16 @@ class RequireStaged(NbGraderPreprocessor):
         if coursedir is None or not (student and assignment and notebook):
             why = "the grader cannot tell where this notebook was read from"
         else:
-            why = check(state, coursedir.format_path(
-                coursedir.submitted_directory, student, assignment), student,
-                assignment, notebook, os.environ.get(RUN_ENV))
+            why = check(
+                state,
+                coursedir.format_path(
+                    coursedir.submitted_directory, student, assignment
+                ),
+                student,
+                assignment,
+                notebook,
+                os.environ.get(RUN_ENV),
+            )
         if why:
             message = MESSAGE.format(who=who, why=why, command=SAFE_COMMAND)
             self.log.error(message)

@@ -25,25 +25,25 @@ FLAGS = {
     "old-format": "an older notebook format; converted to nbformat 4.5",
     "kernelspec": "the notebook asked for another kernel; graded with python3",
     "edited-tests": "test or locked cells were deleted, edited, moved or "
-                    "duplicated; the originals were graded",
+    "duplicated; the originals were graded",
     "suspicious": "the code uses things tests never need (exits, ctypes, "
-                  "sockets, grader files, ...); for review, no effect on the score",
+    "sockets, grader files, ...); for review, no effect on the score",
     "link": "a symbolic link, mount point or special file was submitted; it was "
-            "never opened or followed (as the notebook or folder: not graded)",
+    "never opened or followed (as the notebook or folder: not graded)",
     "too-large": "the notebook is larger than the grader reads; not graded",
     "library-call": "the solution calls the course library's implementation or a "
-                    "built-in attention layer the exercise asks you to write; for "
-                    "review, no effect on the score",
+    "built-in attention layer the exercise asks you to write; for "
+    "review, no effect on the score",
     "dynamic-code": "the solution reaches code dynamically (importlib, eval, "
-                    "getattr with a computed name, ...), which the check for "
-                    "library calls cannot follow; for review, no effect on the score",
+    "getattr with a computed name, ...), which the check for "
+    "library calls cannot follow; for review, no effect on the score",
     # execute
     "timeout": "a cell or the notebook ran out of time",
     "crashed": "the kernel died (exit, segfault, killed) and was restarted",
     "memory": "a cell ran out of memory (one process, or the sandbox's processes "
-              "together)",
+    "together)",
     "disk": "the kernel wrote files where only sockets belong, or flooded its "
-            "folders with files; it was killed",
+    "folders with files; it was killed",
     "runaway": "processes or threads were left running; they were killed",
     "output-limit": "a cell printed too much; the output was truncated",
     "syntax-error": "a cell has a syntax error",
@@ -53,7 +53,7 @@ FLAGS = {
     "tampered": "the code changed what grading relies on; later tests score 0",
     # finish
     "leak": "the feedback showed grader-only text or numbers; it was withheld "
-            "(not in feedback/, see the notes) for the instructor to review",
+    "(not in feedback/, see the notes) for the instructor to review",
 }
 
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]")

@@ -70,8 +70,10 @@ def draw(assignment: str, seed: int) -> dict:
             return reference.pack(module.NAME, seed + attempt, cases, expected)
     finally:
         module.SEED = original
-    raise RuntimeError(f"{assignment}: no seed from {seed} on keeps every known "
-                       f"mistake distinguishable")
+    raise RuntimeError(
+        f"{assignment}: no seed from {seed} on keeps every known "
+        f"mistake distinguishable"
+    )
 
 
 def inputs_only(arrays: dict) -> dict:
@@ -81,8 +83,9 @@ def inputs_only(arrays: dict) -> dict:
     import numpy as np
 
     kept = {k: v for k, v in arrays.items() if "/in/" in k}
-    kept["__meta__"] = np.array(json.dumps({"assignment": meta["assignment"],
-                                            "format": meta.get("format", 1)}))
+    kept["__meta__"] = np.array(
+        json.dumps({"assignment": meta["assignment"], "format": meta.get("format", 1)})
+    )
     return kept
 
 

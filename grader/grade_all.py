@@ -82,23 +82,29 @@ def course_config(root: Path) -> dict:
     def get(section, key, default):
         try:
             value = cfg[section][key]
-            return default if value is None or type(value).__name__ == \
-                "LazyConfigValue" else value
+            return (
+                default
+                if value is None or type(value).__name__ == "LazyConfigValue"
+                else value
+            )
         except KeyError:
             return default
 
     return {
-        "db_url": get("CourseDirectory", "db_url",
-                      f"sqlite:///{root / 'gradebook.db'}"),
+        "db_url": get(
+            "CourseDirectory", "db_url", f"sqlite:///{root / 'gradebook.db'}"
+        ),
         "course_id": get("CourseDirectory", "course_id", ""),
         "state_dir": get("GuardedExecute", "state_dir", str(root / ".grading")),
         "cell_timeout": get("Execute", "timeout", 120),
         "notebook_timeout": get("GuardedExecute", "notebook_timeout", 900),
         "memory": get("SandboxedKernelManager", "memory_limit", sandbox.Limits.memory),
-        "total_memory": get("SandboxedKernelManager", "total_memory_limit",
-                            sandbox.Limits.total_memory),
-        "processes": get("SandboxedKernelManager", "process_limit",
-                         sandbox.Limits.processes),
+        "total_memory": get(
+            "SandboxedKernelManager", "total_memory_limit", sandbox.Limits.total_memory
+        ),
+        "processes": get(
+            "SandboxedKernelManager", "process_limit", sandbox.Limits.processes
+        ),
     }
 
 
@@ -109,15 +115,17 @@ def feedback_note(root: Path, student: str, assignment: str, notes) -> None:
     folder.mkdir(parents=True)
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes) or "<li>-</li>"
     try:  # lets nbgrader release_feedback return this page; never a link
-        secret = staging.read_file(root / "submitted",
-                                   (student, assignment, staging.SECRET))
+        secret = staging.read_file(
+            root / "submitted", (student, assignment, staging.SECRET)
+        )
         (folder / staging.SECRET).write_bytes(secret)
     except OSError:
         pass
     (folder / f"{assignment}.html").write_text(
         f"<!DOCTYPE html><html><body><h1>{html.escape(assignment)}</h1>"
         f"<p>Your submission could not be graded (0 points):</p><ul>{items}</ul>"
-        f"</body></html>\n")
+        f"</body></html>\n"
+    )
 
 
 def withhold_leaks(root: Path, state: Path, finish: dict) -> list[str]:
@@ -132,46 +140,69 @@ def withhold_leaks(root: Path, state: Path, finish: dict) -> list[str]:
             continue
         student, assignment = key
         moved = leaks.quarantine(root, state / "quarantine", student, assignment)
-        where = moved.relative_to(root) if moved and moved.is_relative_to(root) \
-            else moved
+        where = (
+            moved.relative_to(root) if moved and moved.is_relative_to(root) else moved
+        )
         for p in found:
             print(f"LEAK ({student}/{assignment}): {p}", flush=True)
         ev = finish.get((assignment, student))
         if ev is not None:
             for p in found:
-                ev.flag("leak", f"feedback withheld (moved to {where}): "
-                        f"{p.split(': ', 1)[-1]}")
+                ev.flag(
+                    "leak",
+                    f"feedback withheld (moved to {where}): {p.split(': ', 1)[-1]}",
+                )
             ev.save()
-        print(f"  -> feedback of {student}/{assignment} withheld: moved to {where}",
-              flush=True)
+        print(
+            f"  -> feedback of {student}/{assignment} withheld: moved to {where}",
+            flush=True,
+        )
     return problems
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("assignments", nargs="*",
-                        help="assignment ids (default: every one with submissions)")
+    parser.add_argument(
+        "assignments",
+        nargs="*",
+        help="assignment ids (default: every one with submissions)",
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help="the course root")
-    parser.add_argument("--force", action="store_true",
-                        help="regrade and rewrite feedback that exists already")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="regrade and rewrite feedback that exists already",
+    )
     parser.add_argument("--to", default="grades.csv", help="the grades file")
-    parser.add_argument("--report", default="grading-report",
-                        help="the report: <REPORT>.json and <REPORT>.md")
+    parser.add_argument(
+        "--report",
+        default="grading-report",
+        help="the report: <REPORT>.json and <REPORT>.md",
+    )
     parser.add_argument("--students", help="comma-separated student ids (default: all)")
-    parser.add_argument("--no-sandbox", action="store_true",
-                        help="run student kernels WITHOUT bubblewrap (UNSAFE: only "
-                             "for trusted submissions)")
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run student kernels WITHOUT bubblewrap (UNSAFE: only "
+        "for trusted submissions)",
+    )
     parser.add_argument("--cell-timeout", type=int, help="seconds per cell")
     parser.add_argument("--notebook-timeout", type=int, help="seconds per notebook")
     parser.add_argument("--memory", type=float, help="GiB of address space per process")
-    parser.add_argument("--total-memory", type=float,
-                        help="GiB of memory for all of a kernel's processes together "
-                             "(default 4; 0: no such limit)")
-    parser.add_argument("--processes", type=int,
-                        help="processes + threads per kernel")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="autograde processes at once (default 1; at most one "
-                             "per CPU core is useful)")
+    parser.add_argument(
+        "--total-memory",
+        type=float,
+        help="GiB of memory for all of a kernel's processes together "
+        "(default 4; 0: no such limit)",
+    )
+    parser.add_argument("--processes", type=int, help="processes + threads per kernel")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="autograde processes at once (default 1; at most one "
+        "per CPU core is useful)",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
@@ -193,8 +224,11 @@ def main(argv=None) -> int:
     try:  # held until this process ends
         course_lock = parallel.hold_course_lock(state)  # noqa: F841
     except parallel.CourseBusy as exc:
-        print(f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
-              f"finished.\n{BANNER}", flush=True)
+        print(
+            f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
+            f"finished.\n{BANNER}",
+            flush=True,
+        )
         return 2
 
     overrides = []
@@ -211,32 +245,42 @@ def main(argv=None) -> int:
         if args.total_memory < 0:
             parser.error(f"--total-memory must be 0 or more, got {args.total_memory}")
         settings["total_memory"] = int(args.total_memory * sandbox.GiB)
-        overrides.append("--SandboxedKernelManager.total_memory_limit="
-                         f"{settings['total_memory']}")
+        overrides.append(
+            f"--SandboxedKernelManager.total_memory_limit={settings['total_memory']}"
+        )
     if args.processes:
         settings["processes"] = args.processes
         overrides.append(f"--SandboxedKernelManager.process_limit={args.processes}")
     if args.no_sandbox:
         overrides.append("--SandboxedKernelManager.sandbox=False")
-        print(f"{BANNER}\nWARNING: --no-sandbox: student code runs as "
-              f"{os.environ.get('USER', 'this user')}, with network access, and can "
-              f"read the reference data and\nwrite the gradebook. Every submission is "
-              f"flagged 'unsandboxed'. Use only for trusted submissions.\n{BANNER}",
-              flush=True)
+        print(
+            f"{BANNER}\nWARNING: --no-sandbox: student code runs as "
+            f"{os.environ.get('USER', 'this user')}, with network access, and can "
+            f"read the reference data and\nwrite the gradebook. Every submission is "
+            f"flagged 'unsandboxed'. Use only for trusted submissions.\n{BANNER}",
+            flush=True,
+        )
     else:
         problem = sandbox.check_available(sandbox.Limits(memory=settings["memory"]))
         if problem:
-            print(f"{BANNER}\nERROR: cannot sandbox student kernels: {problem}\n"
-                  f"Nothing was graded.\n{BANNER}", flush=True)
+            print(
+                f"{BANNER}\nERROR: cannot sandbox student kernels: {problem}\n"
+                f"Nothing was graded.\n{BANNER}",
+                flush=True,
+            )
             return 2
-        print("sandbox: bubblewrap OK (no network, read-only system, no course "
-              "files, limits per kernel)", flush=True)
+        print(
+            "sandbox: bubblewrap OK (no network, read-only system, no course "
+            "files, limits per kernel)",
+            flush=True,
+        )
 
     began = time.monotonic()
     present = args.assignments or assignments_in(root)
     with step("check references"):
-        if references.main(["--check", "--no-crosscheck", "--root", str(root),
-                            *present]):
+        if references.main(
+            ["--check", "--no-crosscheck", "--root", str(root), *present]
+        ):
             return 1
     todo = [a for a in present if submitted(root, a)]
     if not todo:
@@ -265,29 +309,41 @@ def main(argv=None) -> int:
     gradable = [s for s in staged if s.notebook is not None]
     with step("autograde"):
         if gradable and args.workers > 1:
-            parallel.run_workers(root, state, gradable, batch, args.workers,
-                                 [*force, *overrides])
+            parallel.run_workers(
+                root, state, gradable, batch, args.workers, [*force, *overrides]
+            )
         elif gradable:
             staged_dir = str(state / "staged")
             for assignment in batch:
-                nbgrader(root, "autograde", assignment,
-                         f"--CourseDirectory.submitted_directory={staged_dir}",
-                         *force, *overrides, check=False)
+                nbgrader(
+                    root,
+                    "autograde",
+                    assignment,
+                    f"--CourseDirectory.submitted_directory={staged_dir}",
+                    *force,
+                    *overrides,
+                    check=False,
+                )
 
     finish = {}
     for s in staged:
         ev = finish[s.assignment, s.student] = events.Events(
-            state, s.assignment, s.student, "finish")
-        if s.notebook is not None and not report.graded(db, course, s.assignment,
-                                                        s.student):
-            ev.flag("grader-error", "nbgrader could not grade this submission "
-                    "(see the log above); scored 0")
+            state, s.assignment, s.student, "finish"
+        )
+        if s.notebook is not None and not report.graded(
+            db, course, s.assignment, s.student
+        ):
+            ev.flag(
+                "grader-error",
+                "nbgrader could not grade this submission "
+                "(see the log above); scored 0",
+            )
         if s.notebook is None or ev.flags:
             report.zero(db, course, s.assignment, s.student)
-            shutil.rmtree(root / "autograded" / s.student / s.assignment,
-                          ignore_errors=True)
-            feedback_note(root, s.student, s.assignment,
-                          s.events.notes + ev.notes)
+            shutil.rmtree(
+                root / "autograded" / s.student / s.assignment, ignore_errors=True
+            )
+            feedback_note(root, s.student, s.assignment, s.events.notes + ev.notes)
         ev.save()
 
     with step("feedback"):
@@ -301,14 +357,21 @@ def main(argv=None) -> int:
         nbgrader(root, "export", "--to", args.to)
     print(f"grades written to {root / args.to}")
 
-    limits = {"cell": f"{settings['cell_timeout']} s",
-              "notebook": f"{settings['notebook_timeout']} s",
-              "memory": f"{settings['memory'] / sandbox.GiB:g} GiB",
-              "total memory": f"{settings['total_memory'] / sandbox.GiB:g} GiB",
-              "processes": settings["processes"]}
-    result = report.build(db, course, state,
-                          [(s.assignment, s.student) for s in staged],
-                          sandboxed=not args.no_sandbox, limits=limits)
+    limits = {
+        "cell": f"{settings['cell_timeout']} s",
+        "notebook": f"{settings['notebook_timeout']} s",
+        "memory": f"{settings['memory'] / sandbox.GiB:g} GiB",
+        "total memory": f"{settings['total_memory'] / sandbox.GiB:g} GiB",
+        "processes": settings["processes"],
+    }
+    result = report.build(
+        db,
+        course,
+        state,
+        [(s.assignment, s.student) for s in staged],
+        sandboxed=not args.no_sandbox,
+        limits=limits,
+    )
     steps["total"] = round(time.monotonic() - began, 2)
     result["workers"], result["steps"] = args.workers, steps
     json_path, md_path = report.write(result, root / args.report)
@@ -317,12 +380,16 @@ def main(argv=None) -> int:
     print(f"\nreport written to {json_path} and {md_path}")
     withheld = [r for r in result["rows"] if "leak" in r["flags"]]
     if withheld:
-        print(f"feedback withheld (flag 'leak', see the report): "
-              f"{', '.join(r['student'] + '/' + r['assignment'] for r in withheld)}"
-              f"; the rest of feedback/ may be released")
+        print(
+            f"feedback withheld (flag 'leak', see the report): "
+            f"{', '.join(r['student'] + '/' + r['assignment'] for r in withheld)}"
+            f"; the rest of feedback/ may be released"
+        )
     if problems:
-        print(f"{BANNER}\nLEAKS outside any one student's feedback (above): do NOT "
-              f"release exercises/ or feedback/ until they are fixed.\n{BANNER}")
+        print(
+            f"{BANNER}\nLEAKS outside any one student's feedback (above): do NOT "
+            f"release exercises/ or feedback/ until they are fixed.\n{BANNER}"
+        )
         return 1
     return 0
 

@@ -82,15 +82,20 @@ SIGNALS = {
     signal.SIGILL: "an illegal instruction (SIGILL)",
     signal.SIGTERM: "SIGTERM",
 }
-MEMORY_WORDS = re.compile(r"Unable to allocate|can't allocate memory|bad_alloc|"
-                          r"Cannot allocate memory|out of memory|\bOOM\b")
+MEMORY_WORDS = re.compile(
+    r"Unable to allocate|can't allocate memory|bad_alloc|"
+    r"Cannot allocate memory|out of memory|\bOOM\b"
+)
 
 
 def error_output(ename: str, message: str):
     lines = message.splitlines() or [""]
     return nbformat.v4.new_output(
-        "error", ename=ename, evalue=lines[0],
-        traceback=[f"\x1b[0;31m{ename}\x1b[0m: {lines[0]}", *lines[1:]])
+        "error",
+        ename=ename,
+        evalue=lines[0],
+        traceback=[f"\x1b[0;31m{ename}\x1b[0m: {lines[0]}", *lines[1:]],
+    )
 
 
 def label(cell, index: int) -> str:
@@ -108,8 +113,7 @@ def _size(content) -> int:
         data = content["data"]
         if not isinstance(data, dict):
             return len(str(data))
-        return sum(len(v) if isinstance(v, str) else len(str(v))
-                   for v in data.values())
+        return sum(len(v) if isinstance(v, str) else len(str(v)) for v in data.values())
     traceback = content.get("traceback")
     if not isinstance(traceback, list):
         return len(str(traceback or ""))
@@ -136,16 +140,21 @@ def _ours_in(content) -> str | None:
 class GuardedExecute(Execute):
     """nbgrader's Execute, hardened: see the module docstring."""
 
-    notebook_timeout = Integer(900, help="wall-clock seconds for a whole notebook, "
-                               "kernel restarts included").tag(config=True)
+    notebook_timeout = Integer(
+        900, help="wall-clock seconds for a whole notebook, kernel restarts included"
+    ).tag(config=True)
     max_restarts = Integer(3, help="kernel restarts per notebook").tag(config=True)
-    max_output = Integer(100_000, help="characters of output kept per cell"
-                         ).tag(config=True)
-    thread_slack = Integer(0, help="threads a cell may leave running above the "
-                           "kernel's count after start (0: 32 + 4 per CPU)"
-                           ).tag(config=True)
-    state_dir = Unicode("", help="grader-only folder: secret, event logs"
-                        ).tag(config=True)
+    max_output = Integer(100_000, help="characters of output kept per cell").tag(
+        config=True
+    )
+    thread_slack = Integer(
+        0,
+        help="threads a cell may leave running above the "
+        "kernel's count after start (0: 32 + 4 per CPU)",
+    ).tag(config=True)
+    state_dir = Unicode("", help="grader-only folder: secret, event logs").tag(
+        config=True
+    )
 
     # -- per notebook ------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):
@@ -157,8 +166,9 @@ class GuardedExecute(Execute):
         info = (resources or {}).get("nbgrader", {})
         self.student = info.get("student", "unknown")
         self.assignment = info.get("assignment", "unknown")
-        self.events = _events.Events(self.state_dir, self.assignment, self.student,
-                                     "execute", self.log)
+        self.events = _events.Events(
+            self.state_dir, self.assignment, self.student, "execute", self.log
+        )
         ctx = self.resources.setdefault("attncourse", {})
         ctx["status"] = self.status = {}
         ctx["stream"] = self.stream = {}  # cell index -> what the grader saw
@@ -194,8 +204,9 @@ class GuardedExecute(Execute):
         if self.assignment not in assignments.ASSIGNMENTS:
             self.inputs = None
             return None
-        arrays = fresh.for_student(self.state_dir or self.tmp, self.assignment,
-                                   self.student)
+        arrays = fresh.for_student(
+            self.state_dir or self.tmp, self.assignment, self.student
+        )
         folder = self.tmp / "inputs"
         folder.mkdir(mode=0o755)
         self.inputs = folder / "inputs.npz"
@@ -215,15 +226,26 @@ class GuardedExecute(Execute):
                 self._restart(history)
                 broken = False
             if self._remaining() <= 0:
-                self.events.flag("timeout", f"the notebook reached its time limit "
-                                 f"({self.notebook_timeout} s) before "
-                                 f"{label(cell, index)}")
-                self._not_run(cell, index, f"not run: the notebook reached its time "
-                              f"limit ({self.notebook_timeout} s)")
+                self.events.flag(
+                    "timeout",
+                    f"the notebook reached its time limit "
+                    f"({self.notebook_timeout} s) before "
+                    f"{label(cell, index)}",
+                )
+                self._not_run(
+                    cell,
+                    index,
+                    f"not run: the notebook reached its time "
+                    f"limit ({self.notebook_timeout} s)",
+                )
                 continue
             if self.kc is None:
-                self._not_run(cell, index, "not run: the kernel could not be "
-                              "(re)started after the earlier failures")
+                self._not_run(
+                    cell,
+                    index,
+                    "not run: the kernel could not be "
+                    "(re)started after the earlier failures",
+                )
                 continue
             outcome = self._run_cell(cell, index)
             if outcome == "ran":
@@ -240,8 +262,9 @@ class GuardedExecute(Execute):
     # -- kernel ------------------------------------------------------------
     def _start(self):
         rundir = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
-        self.km = SandboxedKernelManager(config=self.config, rundir=rundir,
-                                         inputs=self.inputs, kernel_name="python3")
+        self.km = SandboxedKernelManager(
+            config=self.config, rundir=rundir, inputs=self.inputs, kernel_name="python3"
+        )
         if not self.km.sandbox:
             self.events.flag("unsandboxed", "the kernel ran without the sandbox")
         self._kill_reason = None
@@ -280,14 +303,18 @@ class GuardedExecute(Execute):
 
     def _restart(self, history):
         if self.restarts >= self.max_restarts:
-            self.events.note(f"no more kernel restarts (limit {self.max_restarts}); "
-                             f"the remaining cells are not run")
+            self.events.note(
+                f"no more kernel restarts (limit {self.max_restarts}); "
+                f"the remaining cells are not run"
+            )
             return
         if self._remaining() <= 0:
             return
         self.restarts += 1
-        self.events.note(f"restarting the kernel ({self.restarts}) and replaying "
-                         f"{len(history)} setup/solution cells")
+        self.events.note(
+            f"restarting the kernel ({self.restarts}) and replaying "
+            f"{len(history)} setup/solution cells"
+        )
         if not self._start():
             return
         for index in history:
@@ -305,9 +332,11 @@ class GuardedExecute(Execute):
                 self.nb.cells[index] = original
                 self._replaying, self._current = False, None
             if failed or self._timed_out(replay):
-                self.events.note(f"replaying {label(original, index)} failed "
-                                 f"({failed or 'timeout'}); the remaining cells are "
-                                 f"not run")
+                self.events.note(
+                    f"replaying {label(original, index)} failed "
+                    f"({failed or 'timeout'}); the remaining cells are "
+                    f"not run"
+                )
                 self._stop()
                 return
             self.km.kill_strays()
@@ -355,9 +384,13 @@ class GuardedExecute(Execute):
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
             reason = self._death_reason() or "the kernel stopped"
-            cell.outputs.append(error_output(
-                "KernelDied", f"{reason} while running this cell; the grader "
-                f"restarted the kernel and went on with the next cell"))
+            cell.outputs.append(
+                error_output(
+                    "KernelDied",
+                    f"{reason} while running this cell; the grader "
+                    f"restarted the kernel and went on with the next cell",
+                )
+            )
             self.events.flag("crashed", f"{label(cell, index)}: {reason}")
             if "SIGKILL" in reason or "memory" in reason:
                 self.events.note("(SIGKILL may mean the memory limit)")
@@ -367,15 +400,25 @@ class GuardedExecute(Execute):
             limit = self._get_timeout(cell)
             others = self.km.process_count() if self.km is not None else 0
             if others:
-                self.events.flag("runaway", f"{label(cell, index)}: {others} more "
-                                 f"processes were running in the sandbox (a fork "
-                                 f"bomb?); killed with the kernel")
-            cell.outputs.append(error_output(
-                "CellTimeoutError", f"this cell did not finish within {limit} s and "
-                f"ignored the interrupt; the grader killed the kernel"))
-            self.events.flag("timeout", f"{label(cell, index)}: no end after {limit} "
-                             f"s and no reaction to the interrupt; kernel killed"
-                             + (" (notebook time limit)" if by_deadline else ""))
+                self.events.flag(
+                    "runaway",
+                    f"{label(cell, index)}: {others} more "
+                    f"processes were running in the sandbox (a fork "
+                    f"bomb?); killed with the kernel",
+                )
+            cell.outputs.append(
+                error_output(
+                    "CellTimeoutError",
+                    f"this cell did not finish within {limit} s and "
+                    f"ignored the interrupt; the grader killed the kernel",
+                )
+            )
+            self.events.flag(
+                "timeout",
+                f"{label(cell, index)}: no end after {limit} "
+                f"s and no reaction to the interrupt; kernel killed"
+                + (" (notebook time limit)" if by_deadline else ""),
+            )
             self.status[index] = "timeout"
             return "timeout"
         finally:
@@ -383,16 +426,21 @@ class GuardedExecute(Execute):
             self.events.time("cells", monotonic() - began)
         self.status[index] = "ran"
         if self._timed_out(cell):
-            self.events.flag("timeout", f"{label(cell, index)}: interrupted after "
-                             f"{self._get_timeout(cell)} s"
-                             + (" (notebook time limit)" if by_deadline else ""))
+            self.events.flag(
+                "timeout",
+                f"{label(cell, index)}: interrupted after "
+                f"{self._get_timeout(cell)} s"
+                + (" (notebook time limit)" if by_deadline else ""),
+            )
         self._note_errors(cell, index)
         return "ran"
 
     @staticmethod
     def _timed_out(cell) -> bool:
-        return any(o.get("output_type") == "error" and o.get("ename") ==
-                   "CellTimeoutError" for o in cell.get("outputs", []))
+        return any(
+            o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"
+            for o in cell.get("outputs", [])
+        )
 
     def _note_errors(self, cell, index):
         for o in cell.outputs:
@@ -415,24 +463,38 @@ class GuardedExecute(Execute):
     def _check_leftovers(self, cell, index) -> str:
         self.km.owner = f"{self.student}/{self.assignment}"
         if self._watchdog_killed():  # at the end of the cell: restart without it
-            cell.outputs.append(error_output(
-                "KernelDied", f"{self._kill_reason} at the end of this cell; the "
-                f"grader restarted the kernel without it"))
+            cell.outputs.append(
+                error_output(
+                    "KernelDied",
+                    f"{self._kill_reason} at the end of this cell; the "
+                    f"grader restarted the kernel without it",
+                )
+            )
             self.events.flag("crashed", f"{label(cell, index)}: {self._kill_reason}")
             return "crashed"
         killed = self.km.kill_strays()
         if killed:
-            self.events.flag("runaway", f"{label(cell, index)} left {killed} "
-                             f"processes running; the grader killed them")
+            self.events.flag(
+                "runaway",
+                f"{label(cell, index)} left {killed} "
+                f"processes running; the grader killed them",
+            )
         slack = self.thread_slack or 32 + 4 * (os.cpu_count() or 1)
         count = self.km.thread_count()
         if count > self._threads0 + slack:
-            self.events.flag("runaway", f"{label(cell, index)} left {count} threads "
-                             f"running (limit {self._threads0 + slack}); the kernel "
-                             f"was restarted without this cell")
-            cell.outputs.append(error_output(
-                "RunawayThreads", f"this cell left {count} threads running; the "
-                f"grader restarted the kernel without it"))
+            self.events.flag(
+                "runaway",
+                f"{label(cell, index)} left {count} threads "
+                f"running (limit {self._threads0 + slack}); the kernel "
+                f"was restarted without this cell",
+            )
+            cell.outputs.append(
+                error_output(
+                    "RunawayThreads",
+                    f"this cell left {count} threads running; the "
+                    f"grader restarted the kernel without it",
+                )
+            )
             return "runaway"
         return "ran"
 
@@ -462,12 +524,27 @@ class GuardedExecute(Execute):
     def _begin(self, index, replay):
         """Open the stream log of one execution of cell ``index``."""
         self._runs += 1
-        entry = {"cell": index, "run": self._runs, "kernel": self.restarts,
-                 "lag": self._kernel_interrupted, "msg_id": None, "closed": False,
-                 "interrupted": False, "order": [], "content": 0, "streams": 0,
-                 "observations": [], "reports": [], "cleared": 0, "updates": 0,
-                 "comms": 0, "ours_updates": 0, "dropped": 0, "malformed": 0,
-                 "late": []}
+        entry = {
+            "cell": index,
+            "run": self._runs,
+            "kernel": self.restarts,
+            "lag": self._kernel_interrupted,
+            "msg_id": None,
+            "closed": False,
+            "interrupted": False,
+            "order": [],
+            "content": 0,
+            "streams": 0,
+            "observations": [],
+            "reports": [],
+            "cleared": 0,
+            "updates": 0,
+            "comms": 0,
+            "ours_updates": 0,
+            "dropped": 0,
+            "malformed": 0,
+            "late": [],
+        }
         if not replay:
             self.stream[index] = entry
         self._current = entry
@@ -515,8 +592,10 @@ class GuardedExecute(Execute):
                 break
             if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
                 self._late(msg)
-            elif msg.get("msg_type") == "status" and \
-                    msg.get("content", {}).get("execution_state") == "idle":
+            elif (
+                msg.get("msg_type") == "status"
+                and msg.get("content", {}).get("execution_state") == "idle"
+            ):
                 return True
         self.events.note("the kernel did not answer after the last cell")
         return False
@@ -590,8 +669,11 @@ class GuardedExecute(Execute):
         """A display update rewrites earlier outputs (in any cell) in place:
         log which cells it touches, never apply one that carries our reports,
         and count what it adds against the current cell's output budget."""
-        targets = {c: list(i) for c, i in
-                   (self._display_id_map.get(display_id) or {}).items() if i}
+        targets = {
+            c: list(i)
+            for c, i in (self._display_id_map.get(display_id) or {}).items()
+            if i
+        }
         if not targets:
             return
         for index in targets:
@@ -601,17 +683,24 @@ class GuardedExecute(Execute):
             return
         new, growth = _size(content), 0
         for index, positions in targets.items():
-            outs = self.nb.cells[index].get("outputs", []) \
-                if index < len(self.nb.cells) else []
-            growth += sum(new - (_size(outs[i]) if i < len(outs) else 0)
-                          for i in positions)
+            outs = (
+                self.nb.cells[index].get("outputs", [])
+                if index < len(self.nb.cells)
+                else []
+            )
+            growth += sum(
+                new - (_size(outs[i]) if i < len(outs) else 0) for i in positions
+            )
         if growth > self.max_output - self._out_chars:
             if not self._replaying:
                 cell = self.nb.cells[self._current["cell"]] if self._current else {}
                 where = label(cell, self._current["cell"]) if self._current else "?"
-                self.events.flag("output-limit", f"{where}: a display update of "
-                                 f"{new} characters was not applied (more than "
-                                 f"{self.max_output} characters of output)")
+                self.events.flag(
+                    "output-limit",
+                    f"{where}: a display update of "
+                    f"{new} characters was not applied (more than "
+                    f"{self.max_output} characters of output)",
+                )
             return
         self._out_chars += max(growth, 0)
         try:
@@ -625,16 +714,22 @@ class GuardedExecute(Execute):
         kind = msg.get("msg_type")
         size = _size(content)
         if _ours_in(content):  # counted in _log (MAX_OURS)
-            return (super().output(outs, msg, display_id, cell_index)
-                    if self._ours_chars <= MAX_OURS else None)
+            return (
+                super().output(outs, msg, display_id, cell_index)
+                if self._ours_chars <= MAX_OURS
+                else None
+            )
         budget = self.max_output - self._out_chars
         if size <= budget:
             self._out_chars += size
             return super().output(outs, msg, display_id, cell_index)
         if not self._truncated and not self._replaying:
             cell = self.nb.cells[cell_index]
-            self.events.flag("output-limit", f"{label(cell, cell_index)}: more than "
-                             f"{self.max_output} characters of output; truncated")
+            self.events.flag(
+                "output-limit",
+                f"{label(cell, cell_index)}: more than "
+                f"{self.max_output} characters of output; truncated",
+            )
         if kind == "error":  # errors always count: keep a short traceback
             content["traceback"] = content.get("traceback", [])[-20:]
             return super().output(outs, msg, display_id, cell_index)
@@ -644,8 +739,10 @@ class GuardedExecute(Execute):
         self._truncated.add(key)
         if kind == "stream":  # keep a head (stderr must still be seen)
             keep = max(budget, 1000)
-            content["text"] = (content["text"][:keep] + f"\n[... output truncated by "
-                               f"the grader: more than {self.max_output} characters]\n")
+            content["text"] = (
+                content["text"][:keep] + f"\n[... output truncated by "
+                f"the grader: more than {self.max_output} characters]\n"
+            )
             self._out_chars += keep
             return super().output(outs, msg, display_id, cell_index)
         return None

@@ -26,26 +26,40 @@ def _data(assignment, reference):
     return _reference.load(assignment, reference)
 
 
-def judge(assignment: str, check_name: str, framework: str, observations: dict,
-          reference=None) -> None:
+def judge(
+    assignment: str, check_name: str, framework: str, observations: dict, reference=None
+) -> None:
     """Raise GradingError unless every observed case matches the reference."""
     check = check_def(assignment, check_name, framework)
     ref = _data(assignment, reference)
     for case in check.cases:
-        verdict(check, framework, case, ref.inputs(case), ref.expected(case),
-                observations[case])
+        verdict(
+            check,
+            framework,
+            case,
+            ref.inputs(case),
+            ref.expected(case),
+            observations[case],
+        )
 
 
-def check_here(assignment: str, check_name: str, framework: str, namespace: dict,
-               reference=None) -> None:
+def check_here(
+    assignment: str, check_name: str, framework: str, namespace: dict, reference=None
+) -> None:
     """Observe and judge case by case (the first wrong case is reported)."""
     try:
         ref = _data(assignment, reference)
         check = check_def(assignment, check_name, framework)
         for case in check.cases:
             observed = observe(assignment, check_name, framework, namespace, ref, case)
-            verdict(check, framework, case, ref.inputs(case), ref.expected(case),
-                    observed[case])
+            verdict(
+                check,
+                framework,
+                case,
+                ref.inputs(case),
+                ref.expected(case),
+                observed[case],
+            )
     except GradingError as exc:
         raise GradingError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001  (a grader bug must not leak data)

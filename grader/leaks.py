@@ -41,14 +41,15 @@ HIDDEN = ("### BEGIN HIDDEN TESTS\n", "### END HIDDEN TESTS")
 # no word character or point precedes, and then only runs over this token
 NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{4,}(?:[eE][-+]?\d+)?")
 MAX_NUMBERS = 200_000  # numbers compared per page (then: the page is flagged)
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ",
-                             "abcdefghijklmnopqrstuvwxyz")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _sources(nb_path: Path) -> list[str]:
     nb = json.loads(Path(nb_path).read_text())
-    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-            for c in nb["cells"]]
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in nb["cells"]
+    ]
 
 
 def blocks(text: str, markers: tuple[str, str]) -> tuple[list[str], str]:
@@ -87,16 +88,23 @@ def secret_lines(source_nb: Path, min_len: int = 12) -> dict:
         for block in regions:
             for line in block.splitlines():
                 s = line.strip()
-                if len(s) >= min_len and not s.startswith("#") and s not in public \
-                        and s not in found[kind]:
+                if (
+                    len(s) >= min_len
+                    and not s.startswith("#")
+                    and s not in public
+                    and s not in found[kind]
+                ):
                     found[kind].append(s)
     return found
 
 
 def reference_numbers(ref: reference.ReferenceData) -> np.ndarray:
     """Every expected float value of the reference data (flattened)."""
-    values = [np.ravel(v) for k, v in ref.arrays.items()
-              if "/out/" in k and v.dtype.kind == "f"]
+    values = [
+        np.ravel(v)
+        for k, v in ref.arrays.items()
+        if "/out/" in k and v.dtype.kind == "f"
+    ]
     values = np.concatenate(values) if values else np.zeros(0)
     return values[np.abs(values) > 1e-3]
 
@@ -127,8 +135,9 @@ def close_to(found: np.ndarray, ref_values: np.ndarray, rtol=1e-4) -> np.ndarray
     return found[hit]
 
 
-def scan_text(text: str, secrets: dict, ref_values: np.ndarray, where: str,
-              known: str = "") -> list:
+def scan_text(
+    text: str, secrets: dict, ref_values: np.ndarray, where: str, known: str = ""
+) -> list:
     """Problems in ``text``: secret lines and reference numbers that do not
     also occur in ``known`` (what the reader wrote themselves)."""
     problems = []
@@ -138,8 +147,10 @@ def scan_text(text: str, secrets: dict, ref_values: np.ndarray, where: str,
                 problems.append(f"{where}: {kind} code: {line!r}")
     found = numbers_in(text, MAX_NUMBERS + 1)
     if len(found) > MAX_NUMBERS:
-        problems.append(f"{where}: more than {MAX_NUMBERS} numbers; only the "
-                        f"first were compared with the reference data")
+        problems.append(
+            f"{where}: more than {MAX_NUMBERS} numbers; only the "
+            f"first were compared with the reference data"
+        )
     if known:
         found = found[~np.isin(found, numbers_in(known))]
     for value in sorted(set(close_to(found[:MAX_NUMBERS], ref_values).tolist())):
@@ -147,14 +158,16 @@ def scan_text(text: str, secrets: dict, ref_values: np.ndarray, where: str,
     return problems
 
 
-def scan_release(root: Path, release_dir: str = "exercises",
-                 source_dir: str = "solutions") -> list[str]:
+def scan_release(
+    root: Path, release_dir: str = "exercises", source_dir: str = "solutions"
+) -> list[str]:
     """Problems in the student release (empty list = clean)."""
     root = Path(root)
     release = root / release_dir
     problems = [f"hidden data in the release: {p}" for p in hidden_dirs(release)]
-    problems += [f"reference file in the release: {p}"
-                 for p in release.rglob(reference.FILENAME)]
+    problems += [
+        f"reference file in the release: {p}" for p in release.rglob(reference.FILENAME)
+    ]
     for src_nb in sorted((root / source_dir).glob("*/*.ipynb")):
         assignment = src_nb.parent.name
         rel_nb = release / assignment / src_nb.name
@@ -162,15 +175,23 @@ def scan_release(root: Path, release_dir: str = "exercises",
             problems.append(f"missing release notebook {rel_nb}")
             continue
         text = rel_nb.read_text()
-        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS",
-                       "END HIDDEN TESTS"):
+        for marker in (
+            "BEGIN SOLUTION",
+            "END SOLUTION",
+            "BEGIN HIDDEN TESTS",
+            "END HIDDEN TESTS",
+        ):
             if marker in text:
                 problems.append(f"{rel_nb}: contains '{marker}'")
         ref_path = reference.source_path(root, assignment, source_dir)
-        ref_values = (reference_numbers(reference.load_file(ref_path))
-                      if ref_path.exists() else np.zeros(0))
-        problems += scan_text("\n".join(_sources(rel_nb)), secret_lines(src_nb),
-                              ref_values, str(rel_nb))
+        ref_values = (
+            reference_numbers(reference.load_file(ref_path))
+            if ref_path.exists()
+            else np.zeros(0)
+        )
+        problems += scan_text(
+            "\n".join(_sources(rel_nb)), secret_lines(src_nb), ref_values, str(rel_nb)
+        )
     return problems
 
 
@@ -178,6 +199,7 @@ def scan_release(root: Path, release_dir: str = "exercises",
 @dataclass
 class Work:
     """Characters examined by ``visible_text`` (for the linear-time test)."""
+
     chars: int = 0
 
 
@@ -309,10 +331,14 @@ def _folder_of(feedback: Path, path: Path) -> tuple[str, str] | None:
     return (parts[0], parts[1]) if len(parts) >= 2 else None
 
 
-def feedback_leaks(root: Path, feedback_dir: str = "feedback",
-                   source_dir: str = "solutions", students=None,
-                   check_solution_code: bool = False,
-                   autograded_dir: str = "autograded") -> dict:
+def feedback_leaks(
+    root: Path,
+    feedback_dir: str = "feedback",
+    source_dir: str = "solutions",
+    students=None,
+    check_solution_code: bool = False,
+    autograded_dir: str = "autograded",
+) -> dict:
     """Problems in generated feedback, per feedback folder:
     {(student, assignment): [problem, ...]}; problems outside any student's
     folder are under the key None. Empty dict = clean.
@@ -343,35 +369,54 @@ def feedback_leaks(root: Path, feedback_dir: str = "feedback",
             continue
         if assignment not in cache:
             ref_path = reference.source_path(root, assignment, source_dir)
-            cache[assignment] = (secret_lines(src_nb), (
-                reference_numbers(reference.load_file(ref_path))
-                if ref_path.exists() else np.zeros(0)))
+            cache[assignment] = (
+                secret_lines(src_nb),
+                (
+                    reference_numbers(reference.load_file(ref_path))
+                    if ref_path.exists()
+                    else np.zeros(0)
+                ),
+            )
         secrets, ref_values = cache[assignment]
         if not check_solution_code:
             secrets = {"hidden": secrets["hidden"]}
-        known = student_text(root / autograded_dir / student / assignment
-                             / f"{page.stem}.ipynb")
+        known = student_text(
+            root / autograded_dir / student / assignment / f"{page.stem}.ipynb"
+        )
         problems = []
         for text in page_texts(page):
-            problems += [p for p in scan_text(text, secrets, ref_values, str(page),
-                                              known) if p not in problems]
+            problems += [
+                p
+                for p in scan_text(text, secrets, ref_values, str(page), known)
+                if p not in problems
+            ]
         for p in problems:
             add((student, assignment), p)
     return found
 
 
-def scan_feedback(root: Path, feedback_dir: str = "feedback",
-                  source_dir: str = "solutions", students=None,
-                  check_solution_code: bool = False) -> list[str]:
+def scan_feedback(
+    root: Path,
+    feedback_dir: str = "feedback",
+    source_dir: str = "solutions",
+    students=None,
+    check_solution_code: bool = False,
+) -> list[str]:
     """Problems in generated feedback (empty list = clean); see
     ``feedback_leaks``."""
-    found = feedback_leaks(root, feedback_dir, source_dir, students,
-                           check_solution_code)
+    found = feedback_leaks(
+        root, feedback_dir, source_dir, students, check_solution_code
+    )
     return [p for key in sorted(found, key=str) for p in found[key]]
 
 
-def quarantine(root: Path, where: Path, student: str, assignment: str,
-               feedback_dir: str = "feedback") -> Path | None:
+def quarantine(
+    root: Path,
+    where: Path,
+    student: str,
+    assignment: str,
+    feedback_dir: str = "feedback",
+) -> Path | None:
     """Move ``feedback/<student>/<assignment>/`` to ``where/<student>/
     <assignment>/`` (replacing an older copy), so ``nbgrader release_feedback``
     cannot return it; the path it now has (None if there was none)."""

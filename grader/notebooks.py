@@ -36,9 +36,14 @@ def comparable(nb: dict) -> dict:
     return {
         "kernelspec": nb["metadata"].get("kernelspec"),
         "nbformat": (nb["nbformat"], nb["nbformat_minor"]),
-        "cells": [{"cell_type": c["cell_type"], "source": source(c),
-                   "nbgrader": c.get("metadata", {}).get("nbgrader")}
-                  for c in nb["cells"]],
+        "cells": [
+            {
+                "cell_type": c["cell_type"],
+                "source": source(c),
+                "nbgrader": c.get("metadata", {}).get("nbgrader"),
+            }
+            for c in nb["cells"]
+        ],
     }
 
 
@@ -48,8 +53,11 @@ def grade_id(cell):
 
 def solution_cells(source_nb: dict) -> dict:
     """grade_id -> the solution cell's code with the SOLUTION markers removed."""
-    return {grade_id(c): MARKERS.sub("", source(c)) for c in source_nb["cells"]
-            if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    return {
+        grade_id(c): MARKERS.sub("", source(c))
+        for c in source_nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
 
 
 def submission(release_nb: dict, solutions: dict) -> dict:

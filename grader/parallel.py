@@ -37,8 +37,13 @@ import time
 from pathlib import Path
 
 LOCK_KEY = 0x6174746E  # "attn": the advisory-lock key every grader uses
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+)
 
 
 def partition(items: list, workers: int) -> list[list]:
@@ -73,7 +78,7 @@ def sqlite_path(db_url: str) -> Path | None:
     prefix = "sqlite:///"
     if not db_url.startswith(prefix):
         return None
-    path = db_url[len(prefix):].split("?", 1)[0]
+    path = db_url[len(prefix) :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -93,8 +98,7 @@ def gradebook_lock(db_url: str, timeout: float = 1800):
                 try:
                     yield
                 finally:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"),
-                                 {"k": LOCK_KEY})
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
                     conn.commit()
         finally:
             engine.dispose()
@@ -139,8 +143,10 @@ def hold_course_lock(state_dir):
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise CourseBusy(f"another grading run ({holder}) is grading this course "
-                         f"(lock: {state / 'grade_all.lock'})") from None
+        raise CourseBusy(
+            f"another grading run ({holder}) is grading this course "
+            f"(lock: {state / 'grade_all.lock'})"
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
@@ -167,8 +173,14 @@ def _pump(stream, prefix: str) -> None:
     stream.close()
 
 
-def run_workers(root: Path, state: Path, staged, batch: list[str], workers: int,
-                nbgrader_args: list[str]) -> float:
+def run_workers(
+    root: Path,
+    state: Path,
+    staged,
+    batch: list[str],
+    workers: int,
+    nbgrader_args: list[str],
+) -> float:
     """Autograde ``staged`` submissions in ``workers`` processes at once.
 
     ``batch`` are the assignment arguments of nbgrader ("*" or ids); every
@@ -185,19 +197,31 @@ def run_workers(root: Path, state: Path, staged, batch: list[str], workers: int,
             src = state / "staged" / s.student / s.assignment
             shutil.copytree(src, base / str(k) / s.student / s.assignment)
     env = kernel_env()
-    print(f"autograde: {len(staged)} submissions in {len(parts)} workers "
-          f"({', '.join(str(len(p)) for p in parts)}), "
-          f"{env['OMP_NUM_THREADS']} thread(s) per kernel", flush=True)
+    print(
+        f"autograde: {len(staged)} submissions in {len(parts)} workers "
+        f"({', '.join(str(len(p)) for p in parts)}), "
+        f"{env['OMP_NUM_THREADS']} thread(s) per kernel",
+        flush=True,
+    )
     failures = []
 
     def work(k: int) -> None:
         for assignment in batch:
             cmd, cmd_env = nbgrader_command(
-                "autograde", assignment,
+                "autograde",
+                assignment,
                 f"--CourseDirectory.submitted_directory={base / str(k)}",
-                *nbgrader_args, env=env)
-            proc = subprocess.Popen(cmd, cwd=root, env=cmd_env, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                *nbgrader_args,
+                env=env,
+            )
+            proc = subprocess.Popen(
+                cmd,
+                cwd=root,
+                env=cmd_env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             _pump(proc.stdout, f"[w{k}] ")
             if proc.wait():
                 failures.append((k, assignment, proc.returncode))
@@ -210,7 +234,10 @@ def run_workers(root: Path, state: Path, staged, batch: list[str], workers: int,
         t.join()
     seconds = time.monotonic() - start
     for k, assignment, code in failures:
-        print(f"[w{k}] nbgrader autograde {assignment} exited with {code}; its "
-              f"submissions without a grade are scored 0 below", flush=True)
+        print(
+            f"[w{k}] nbgrader autograde {assignment} exited with {code}; its "
+            f"submissions without a grade are scored 0 below",
+            flush=True,
+        )
     shutil.rmtree(base, ignore_errors=True)
     return seconds

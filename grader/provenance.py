@@ -36,57 +36,130 @@ from fnmatch import fnmatchcase
 # Patterns: "a.b.c" (that name and anything under it), "a.*.leaf" (a name under
 # a whose later component matches leaf, fnmatch-style), "a.*" (anything under a).
 COURSE_ATTENTION = (
-    "attncourse.*.soft_attention", "attncourse.*.key_value_attention",
-    "attncourse.*.scaled_dot_product_attention", "attncourse.*.multi_head_attention",
-    "attncourse.*.MultiHeadAttention", "attncourse.*.CustomAttention*",
-    "attncourse.*.SelfAttention*", "attncourse.*.AttentionLayer",
-    "attncourse.*.CrossAttention", "attncourse.*.StatisticalAttention",
+    "attncourse.*.soft_attention",
+    "attncourse.*.key_value_attention",
+    "attncourse.*.scaled_dot_product_attention",
+    "attncourse.*.multi_head_attention",
+    "attncourse.*.MultiHeadAttention",
+    "attncourse.*.CustomAttention*",
+    "attncourse.*.SelfAttention*",
+    "attncourse.*.AttentionLayer",
+    "attncourse.*.CrossAttention",
+    "attncourse.*.StatisticalAttention",
 )
 COURSE_MASKS = (
-    "attncourse.*.sequence_mask", "attncourse.*.causal_mask",
-    "attncourse.*.masked_softmax", "attncourse.*.to_keras_mask",
-    "attncourse.*.to_torch_mha_mask", "attncourse.*.to_sdpa_mask",
+    "attncourse.*.sequence_mask",
+    "attncourse.*.causal_mask",
+    "attncourse.*.masked_softmax",
+    "attncourse.*.to_keras_mask",
+    "attncourse.*.to_torch_mha_mask",
+    "attncourse.*.to_sdpa_mask",
 )
 BUILTIN_ATTENTION = (
-    "keras.*.MultiHeadAttention", "keras.*.Attention", "keras.*.AdditiveAttention",
-    "keras.*.GroupQueryAttention", "keras.*.GroupedQueryAttention",
-    "keras.*.dot_product_attention", "keras.*.multi_head_attention*",
-    "torch.*.MultiheadAttention", "torch.*.scaled_dot_product_attention",
-    "torch.*.multi_head_attention_forward", "torch.*._native_multi_head_attention",
-    "torch.*._scaled_dot_product_*", "torch.*._flash_attention*",
-    "torch.*._triton_*attention", "torch.nn.Transformer*",
-    "torch.nn.modules.transformer", "torch.nn.attention", "torch.ops", "torch._C",
-    "keras_hub", "keras_nlp", "transformers", "flash_attn", "xformers",
+    "keras.*.MultiHeadAttention",
+    "keras.*.Attention",
+    "keras.*.AdditiveAttention",
+    "keras.*.GroupQueryAttention",
+    "keras.*.GroupedQueryAttention",
+    "keras.*.dot_product_attention",
+    "keras.*.multi_head_attention*",
+    "torch.*.MultiheadAttention",
+    "torch.*.scaled_dot_product_attention",
+    "torch.*.multi_head_attention_forward",
+    "torch.*._native_multi_head_attention",
+    "torch.*._scaled_dot_product_*",
+    "torch.*._flash_attention*",
+    "torch.*._triton_*attention",
+    "torch.nn.Transformer*",
+    "torch.nn.modules.transformer",
+    "torch.nn.attention",
+    "torch.ops",
+    "torch._C",
+    "keras_hub",
+    "keras_nlp",
+    "transformers",
+    "flash_attn",
+    "xformers",
 )
 # where a computed attribute name (getattr(m, name)) can reach such functions
-TRACKED_ROOTS = ("attncourse", "torch", "tensorflow", "keras", "tf_keras",
-                 "keras_hub", "keras_nlp", "transformers", "jax", "flax")
-DYNAMIC_CALLS = {"__import__": "__import__()", "eval": "eval()", "exec": "exec()",
-                 "compile": "compile()", "globals": "globals()",
-                 "locals": "locals()", "breakpoint": "breakpoint()"}
-DYNAMIC_MODULES = ("importlib", "imp", "pkgutil", "runpy", "sys.modules",
-                   "builtins", "operator.attrgetter", "operator.methodcaller",
-                   "inspect.getmembers", "types.FunctionType", "types.CodeType",
-                   "marshal", "pickle", "dill", "cloudpickle")
-DUNDERS = {"__dict__", "__getattribute__", "__getattr__", "__globals__",
-           "__subclasses__", "__builtins__", "__import__", "__loader__",
-           "__spec__", "__code__", "__closure__", "__bases__", "__mro__",
-           "__base__", "__reduce__", "__reduce_ex__", "__self__", "__func__",
-           "__wrapped__", "__module__"}
+TRACKED_ROOTS = (
+    "attncourse",
+    "torch",
+    "tensorflow",
+    "keras",
+    "tf_keras",
+    "keras_hub",
+    "keras_nlp",
+    "transformers",
+    "jax",
+    "flax",
+)
+DYNAMIC_CALLS = {
+    "__import__": "__import__()",
+    "eval": "eval()",
+    "exec": "exec()",
+    "compile": "compile()",
+    "globals": "globals()",
+    "locals": "locals()",
+    "breakpoint": "breakpoint()",
+}
+DYNAMIC_MODULES = (
+    "importlib",
+    "imp",
+    "pkgutil",
+    "runpy",
+    "sys.modules",
+    "builtins",
+    "operator.attrgetter",
+    "operator.methodcaller",
+    "inspect.getmembers",
+    "types.FunctionType",
+    "types.CodeType",
+    "marshal",
+    "pickle",
+    "dill",
+    "cloudpickle",
+)
+DUNDERS = {
+    "__dict__",
+    "__getattribute__",
+    "__getattr__",
+    "__globals__",
+    "__subclasses__",
+    "__builtins__",
+    "__import__",
+    "__loader__",
+    "__spec__",
+    "__code__",
+    "__closure__",
+    "__bases__",
+    "__mro__",
+    "__base__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__self__",
+    "__func__",
+    "__wrapped__",
+    "__module__",
+}
 # how frameworks re-export each other (checked in this order)
-CANONICAL = (("tensorflow.python.keras", "keras"), ("tensorflow.keras", "keras"),
-             ("tf_keras", "keras"), ("tensorflow.compat.v1.keras", "keras"),
-             ("tensorflow.compat.v2.keras", "keras"))
+CANONICAL = (
+    ("tensorflow.python.keras", "keras"),
+    ("tensorflow.keras", "keras"),
+    ("tf_keras", "keras"),
+    ("tensorflow.compat.v1.keras", "keras"),
+    ("tensorflow.compat.v2.keras", "keras"),
+)
 MAX_SOURCE = 2_000_000  # characters of student code read (more: flagged)
-MAX_ALIASES = 16        # dotted names one variable may stand for
-MAX_NAME = 20_000       # characters of one dotted name kept
-LONG_NAME = 300         # a longer dotted name is reported (a hiding place)
+MAX_ALIASES = 16  # dotted names one variable may stand for
+MAX_NAME = 20_000  # characters of one dotted name kept
+LONG_NAME = 300  # a longer dotted name is reported (a hiding place)
 
 
 def canonical(name: str) -> str:
     for old, new in CANONICAL:
         if name == old or name.startswith(old + "."):
-            return new + name[len(old):]
+            return new + name[len(old) :]
     return name
 
 
@@ -101,7 +174,7 @@ def matches(name: str, pattern: str) -> bool:
     if not name.startswith(head + "."):
         return False
     leaf = leaf.lstrip(".")
-    rest = name[len(head) + 1:].split(".")
+    rest = name[len(head) + 1 :].split(".")
     return not leaf or any(fnmatchcase(part, leaf) for part in rest)
 
 
@@ -112,7 +185,7 @@ def forbidden_match(name: str, forbidden) -> str | None:
 
 @dataclass
 class Findings:
-    calls: list = field(default_factory=list)    # library-call notes
+    calls: list = field(default_factory=list)  # library-call notes
     dynamic: list = field(default_factory=list)  # dynamic-code notes
 
     def add(self, kind: str, note: str) -> None:
@@ -140,8 +213,11 @@ def _parse(source: str, depth: int = 0) -> list[ast.AST]:
     trees = [tree]
     if depth < 2:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("run_line_magic", "run_cell_magic"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run_line_magic", "run_cell_magic")
+            ):
                 for arg in node.args[1:]:
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                         trees += _parse(arg.value, depth + 1)
@@ -158,10 +234,14 @@ def _chain(node) -> tuple[ast.AST, list[str]]:
 
 
 def _literal_getattr(node) -> tuple[ast.AST, str] | None:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id == "getattr" and len(node.args) >= 2 \
-            and isinstance(node.args[1], ast.Constant) \
-            and isinstance(node.args[1].value, str):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
         return node.args[0], node.args[1].value
     return None
 
@@ -172,9 +252,9 @@ class _Names:
     def __init__(self, trees):
         self.trees = trees
         self.bound: dict[str, set] = {}
-        self.local: set = set()   # names bound to something we cannot resolve
-        self.star: list = []      # modules star-imported
-        for _ in range(4):        # alias chains: a few rounds reach a fixed point
+        self.local: set = set()  # names bound to something we cannot resolve
+        self.star: list = []  # modules star-imported
+        for _ in range(4):  # alias chains: a few rounds reach a fixed point
             if not self._collect():
                 break
 
@@ -183,7 +263,7 @@ class _Names:
         have = self.bound.setdefault(name, set())
         new = values - have
         if new and len(have) < MAX_ALIASES:
-            have.update(sorted(new)[:MAX_ALIASES - len(have)])
+            have.update(sorted(new)[: MAX_ALIASES - len(have)])
             return True
         return False
 
@@ -198,22 +278,26 @@ class _Names:
                         else:
                             top = a.name.split(".")[0]
                             changed |= self._bind(top, {top})
-                elif isinstance(node, ast.ImportFrom) and node.module \
-                        and not node.level:
+                elif (
+                    isinstance(node, ast.ImportFrom) and node.module and not node.level
+                ):
                     for a in node.names:
                         if a.name == "*":
                             if node.module not in self.star:
                                 self.star.append(node.module)
                         else:
-                            changed |= self._bind(a.asname or a.name,
-                                                  {f"{node.module}.{a.name}"})
+                            changed |= self._bind(
+                                a.asname or a.name, {f"{node.module}.{a.name}"}
+                            )
                 elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-                    targets = node.targets if isinstance(node, ast.Assign) \
-                        else [node.target]
+                    targets = (
+                        node.targets if isinstance(node, ast.Assign) else [node.target]
+                    )
                     for target in targets:
                         changed |= self._assign(target, node.value)
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                       ast.ClassDef)):
+                elif isinstance(
+                    node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+                ):
                     self.local.add(node.name)
                 elif isinstance(node, ast.arg):
                     self.local.add(node.arg)
@@ -227,9 +311,11 @@ class _Names:
         if isinstance(target, ast.Name):
             found = self.resolve(value)
             return self._bind(target.id, found) if found else False
-        if isinstance(target, (ast.Tuple, ast.List)) and \
-                isinstance(value, (ast.Tuple, ast.List)) and \
-                len(target.elts) == len(value.elts):
+        if (
+            isinstance(target, (ast.Tuple, ast.List))
+            and isinstance(value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(value.elts)
+        ):
             changed = False
             for t, v in zip(target.elts, value.elts, strict=True):
                 changed |= self._assign(t, v)
@@ -250,8 +336,9 @@ class _Names:
             literal = _literal_getattr(base)
             roots = self.resolve(base) if literal is not None else set()
         suffix = "".join(f".{a}" for a in attrs)
-        return {canonical(r + suffix) for r in roots
-                if len(r) + len(suffix) <= MAX_NAME}
+        return {
+            canonical(r + suffix) for r in roots if len(r) + len(suffix) <= MAX_NAME
+        }
 
 
 def _label_line(label: str, node) -> str:
@@ -265,17 +352,23 @@ def scan(cells, forbidden=(), context=()) -> Findings:
     found = Findings()
     total = sum(len(src) for _, src in cells)
     if total > MAX_SOURCE:
-        found.add("dynamic", f"{total} characters of code: more than the "
-                  f"{MAX_SOURCE} the provenance check reads")
+        found.add(
+            "dynamic",
+            f"{total} characters of code: more than the "
+            f"{MAX_SOURCE} the provenance check reads",
+        )
         cells = _truncate(cells)
     student = [(label, _parse(src)) for label, src in cells]
-    names = _Names([t for _, src in context for t in _parse(src)]
-                   + [t for _, trees in student for t in trees])
+    names = _Names(
+        [t for _, src in context for t in _parse(src)]
+        + [t for _, trees in student for t in trees]
+    )
     for label, trees in student:
         for tree in trees:
             # only whole chains: a.b.c is resolved once, not again as a.b and a
-            inner = {id(n.value) for n in ast.walk(tree)
-                     if isinstance(n, ast.Attribute)}
+            inner = {
+                id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            }
             for node in ast.walk(tree):
                 _check(node, label, names, forbidden, found, id(node) in inner)
     return found
@@ -304,34 +397,52 @@ def _check(node, label, names, forbidden, found, inner=False) -> None:
                 if _dynamic_module(name):
                     found.add("dynamic", f"{where}: imports {name}")
         return
-    if isinstance(node, ast.Attribute | ast.Name) and \
-            isinstance(getattr(node, "ctx", None), ast.Load) or \
-            _literal_getattr(node) is not None:
+    if (
+        isinstance(node, ast.Attribute | ast.Name)
+        and isinstance(getattr(node, "ctx", None), ast.Load)
+        or _literal_getattr(node) is not None
+    ):
         if isinstance(node, ast.Attribute) and node.attr in DUNDERS:
             found.add("dynamic", f"{where}: introspection ({node.attr})")
         for name in () if inner else sorted(names.resolve(node)):
             if len(name) > LONG_NAME:
-                found.add("dynamic", f"{where}: an attribute chain of {len(name)} "
-                          f"characters ({name[:60]}...)")
+                found.add(
+                    "dynamic",
+                    f"{where}: an attribute chain of {len(name)} "
+                    f"characters ({name[:60]}...)",
+                )
             hit = forbidden_match(name, forbidden)
             if hit:
                 found.add("call", f"{where}: {name} ({_why(hit)})")
             if _dynamic_module(name):
                 found.add("dynamic", f"{where}: {name}")
-    if isinstance(node, ast.Name) and node.id in DYNAMIC_CALLS \
-            and node.id not in names.local and node.id not in names.bound:
+    if (
+        isinstance(node, ast.Name)
+        and node.id in DYNAMIC_CALLS
+        and node.id not in names.local
+        and node.id not in names.bound
+    ):
         found.add("dynamic", f"{where}: {DYNAMIC_CALLS[node.id]}")
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id in ("getattr", "vars", "hasattr", "setattr", "delattr") \
-            and node.args:
-        computed = node.func.id == "vars" or len(node.args) < 2 or not (
-            isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str))
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "vars", "hasattr", "setattr", "delattr")
+        and node.args
+    ):
+        computed = (
+            node.func.id == "vars"
+            or len(node.args) < 2
+            or not (
+                isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            )
+        )
         targets = names.resolve(node.args[0])
         tracked = sorted(t for t in targets if t.split(".")[0] in TRACKED_ROOTS)
         if computed and tracked:
-            found.add("dynamic", f"{where}: {node.func.id}({tracked[0]}, <computed "
-                      f"name>)")
+            found.add(
+                "dynamic", f"{where}: {node.func.id}({tracked[0]}, <computed name>)"
+            )
 
 
 def _dynamic_module(name: str) -> bool:

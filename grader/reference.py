@@ -33,8 +33,13 @@ ReferenceData = CaseData  # grader-side name: inputs and expected outputs
 
 def pack(assignment: str, seed: int, cases: dict, expected: dict) -> dict:
     """Flatten {case: inputs} and {case: expected} into one dict of arrays."""
-    arrays = {"__meta__": np.array(json.dumps(
-        {"assignment": assignment, "seed": seed, "format": 1}, sort_keys=True))}
+    arrays = {
+        "__meta__": np.array(
+            json.dumps(
+                {"assignment": assignment, "seed": seed, "format": 1}, sort_keys=True
+            )
+        )
+    }
     for case, inputs in cases.items():
         for name, x in inputs.items():
             arrays[f"{case}/in/{name}"] = np.asarray(x)
@@ -57,8 +62,11 @@ def save(path: Path, arrays: dict) -> None:
 def load(assignment: str, path=None) -> ReferenceData:
     """The reference data of ``assignment`` (explicit path, $GRADER_REFERENCE,
     or ./hidden/reference.npz beside the notebook being graded)."""
-    candidates = [path] if path is not None else [
-        os.environ.get(ENV_VAR), Path.cwd() / HIDDEN_DIR / FILENAME]
+    candidates = (
+        [path]
+        if path is not None
+        else [os.environ.get(ENV_VAR), Path.cwd() / HIDDEN_DIR / FILENAME]
+    )
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             data = load_file(candidate)

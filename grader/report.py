@@ -53,8 +53,9 @@ def graded(db_url, course_id, assignment: str, student: str) -> bool:
         except MissingEntry:
             return False
         grades = [g for nb in sub.notebooks for g in nb.grades]
-        return bool(grades) and all(g.auto_score is not None or
-                                    g.manual_score is not None for g in grades)
+        return bool(grades) and all(
+            g.auto_score is not None or g.manual_score is not None for g in grades
+        )
 
 
 def part_of(grade_name: str) -> str:
@@ -70,11 +71,18 @@ def build(db_url, course_id, state_dir, pairs, sandboxed: bool, limits: dict) ->
     with _gradebook(db_url, course_id) as gb:
         for assignment, student in pairs:
             ev = _events.load(state_dir, assignment, student)
-            row = {"student": student, "assignment": assignment, "parts": {},
-                   "score": 0.0, "max": 0.0, "graded": False,
-                   "flags": sorted(ev["flags"]), "details": ev["flags"],
-                   "notes": ev["notes"],
-                   "timings": _events.timings(state_dir, assignment, student)}
+            row = {
+                "student": student,
+                "assignment": assignment,
+                "parts": {},
+                "score": 0.0,
+                "max": 0.0,
+                "graded": False,
+                "flags": sorted(ev["flags"]),
+                "details": ev["flags"],
+                "notes": ev["notes"],
+                "timings": _events.timings(state_dir, assignment, student),
+            }
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
@@ -83,18 +91,26 @@ def build(db_url, course_id, state_dir, pairs, sandboxed: bool, limits: dict) ->
                 row["graded"] = True
                 for nb in sub.notebooks:
                     for g in nb.grades:
-                        part = row["parts"].setdefault(part_of(g.name),
-                                                       {"score": 0.0, "max": 0.0})
+                        part = row["parts"].setdefault(
+                            part_of(g.name), {"score": 0.0, "max": 0.0}
+                        )
                         part["score"] += float(g.score or 0)
                         part["max"] += float(g.max_score or 0)
-                        row["cells"] = {**row.get("cells", {}),
-                                        g.name: float(g.score or 0)}
+                        row["cells"] = {
+                            **row.get("cells", {}),
+                            g.name: float(g.score or 0),
+                        }
                 row["score"] = sum(p["score"] for p in row["parts"].values())
                 row["max"] = sum(p["max"] for p in row["parts"].values())
             rows.append(row)
-    return {"generated": datetime.datetime.now().isoformat(timespec="seconds"),
-            "course": course_id, "sandbox": sandboxed, "limits": limits,
-            "flags": _events.FLAGS, "rows": rows}
+    return {
+        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+        "course": course_id,
+        "sandbox": sandboxed,
+        "limits": limits,
+        "flags": _events.FLAGS,
+        "rows": rows,
+    }
 
 
 def _num(x) -> str:
@@ -140,25 +156,44 @@ def table(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     parts = sorted({p for r in report["rows"] for p in r["parts"]})
-    sandbox = ("on (bubblewrap)" if report["sandbox"] else
-               "**OFF (--no-sandbox): student code could read grader files**")
-    lines = [f"# Grading report ({md(report['course'])})", "",
-             f"Generated {report['generated']}. Sandbox: {sandbox}. "
-             f"Limits: " + ", ".join(f"{md(k)} {md(v)}"
-                                     for k, v in report["limits"].items()),
-             "", "| student | assignment | " + " | ".join(md(p) for p in parts)
-             + " | total | flags |",
-             "| --- | --- | " + " | ".join("---" for _ in parts) + " | --- | --- |"]
+    sandbox = (
+        "on (bubblewrap)"
+        if report["sandbox"]
+        else "**OFF (--no-sandbox): student code could read grader files**"
+    )
+    lines = [
+        f"# Grading report ({md(report['course'])})",
+        "",
+        f"Generated {report['generated']}. Sandbox: {sandbox}. "
+        f"Limits: "
+        + ", ".join(f"{md(k)} {md(v)}" for k, v in report["limits"].items()),
+        "",
+        "| student | assignment | "
+        + " | ".join(md(p) for p in parts)
+        + " | total | flags |",
+        "| --- | --- | " + " | ".join("---" for _ in parts) + " | --- | --- |",
+    ]
     for r in report["rows"]:
-        cells = [f"{_num(r['parts'][p]['score'])}/{_num(r['parts'][p]['max'])}"
-                 if p in r["parts"] else "-" for p in parts]
-        lines.append(f"| {md(r['student'])} | {md(r['assignment'])} | "
-                     + " | ".join(cells) + f" | {_num(r['score'])}/{_num(r['max'])} | "
-                     + (", ".join(md(f) for f in r["flags"]) or "") + " |")
+        cells = [
+            f"{_num(r['parts'][p]['score'])}/{_num(r['parts'][p]['max'])}"
+            if p in r["parts"]
+            else "-"
+            for p in parts
+        ]
+        lines.append(
+            f"| {md(r['student'])} | {md(r['assignment'])} | "
+            + " | ".join(cells)
+            + f" | {_num(r['score'])}/{_num(r['max'])} | "
+            + (", ".join(md(f) for f in r["flags"]) or "")
+            + " |"
+        )
     if report.get("steps"):
-        lines += ["", f"Seconds per step ({report.get('workers', 1)} autograde "
-                  f"worker(s)): " + ", ".join(f"{k} {v:g}" for k, v in
-                                              report["steps"].items())]
+        lines += [
+            "",
+            f"Seconds per step ({report.get('workers', 1)} autograde "
+            f"worker(s)): "
+            + ", ".join(f"{k} {v:g}" for k, v in report["steps"].items()),
+        ]
     flagged = [r for r in report["rows"] if r["flags"] or r["notes"]]
     if flagged:
         lines += ["", "## What happened", ""]
@@ -177,8 +212,7 @@ def json_text(report: dict) -> str:
     """JSON in which ``<``, ``>`` and ``&`` appear only as \\u escapes (the same
     data; never markup, even pasted into an HTML page)."""
     text = json.dumps(report, indent=1)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("&", "\\u0026"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def write(report: dict, path: Path) -> tuple[Path, Path]:

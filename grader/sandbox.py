@@ -73,16 +73,40 @@ INPUTS_IN_SANDBOX = "/grading/inputs.npz"
 HOME_IN_SANDBOX = "/home/student"
 
 # Environment passed into the sandbox (everything else is cleared).
-PASS_ENV = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS",
-            "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "KERAS_BACKEND",
-            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "PYTHONHASHSEED", "NBGRADER_EXECUTION", "LANG", "LC_ALL", "MPLBACKEND",
-            "GRADER_PRELOAD")
+PASS_ENV = (
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "KERAS_BACKEND",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "PYTHONHASHSEED",
+    "NBGRADER_EXECUTION",
+    "LANG",
+    "LC_ALL",
+    "MPLBACKEND",
+    "GRADER_PRELOAD",
+)
 
 # What the kernel sees of /etc (the rest of it is not mounted).
-ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
-       "passwd", "group", "hosts", "host.conf", "alternatives", "os-release",
-       "mime.types", "ssl/certs")
+ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "alternatives",
+    "os-release",
+    "mime.types",
+    "ssl/certs",
+)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 # The first code the kernel runs: drop root, set limits, then start the kernel.
@@ -105,19 +129,24 @@ class Limits:
     """Resource limits of one student kernel: rlimits (per process), tmpfs sizes,
     and what the watchdog allows the whole sandbox."""
 
-    memory: int = 4 * GiB       # RLIMIT_AS: address space (TF + torch need ~2 GiB)
+    memory: int = 4 * GiB  # RLIMIT_AS: address space (TF + torch need ~2 GiB)
     total_memory: int = 4 * GiB  # all the sandbox's processes together (watchdog)
-    processes: int = 256        # RLIMIT_NPROC: processes *and threads* of the user
-    cpu_seconds: int = 3600     # RLIMIT_CPU: a backstop behind the wall-clock limits
-    file_size: int = 64 * MiB   # RLIMIT_FSIZE: largest file the kernel may write
-    open_files: int = 1024      # RLIMIT_NOFILE
-    tmpfs: int = 64 * MiB       # size of each tmpfs ($HOME, /tmp, /dev/shm)
-    sockets: int = 1 * MiB      # size of the socket folder's tmpfs
+    processes: int = 256  # RLIMIT_NPROC: processes *and threads* of the user
+    cpu_seconds: int = 3600  # RLIMIT_CPU: a backstop behind the wall-clock limits
+    file_size: int = 64 * MiB  # RLIMIT_FSIZE: largest file the kernel may write
+    open_files: int = 1024  # RLIMIT_NOFILE
+    tmpfs: int = 64 * MiB  # size of each tmpfs ($HOME, /tmp, /dev/shm)
+    sockets: int = 1 * MiB  # size of the socket folder's tmpfs
 
     def rlimits(self) -> dict:
-        return {"RLIMIT_AS": self.memory, "RLIMIT_NPROC": self.processes,
-                "RLIMIT_CPU": self.cpu_seconds, "RLIMIT_FSIZE": self.file_size,
-                "RLIMIT_NOFILE": self.open_files, "RLIMIT_CORE": 0}
+        return {
+            "RLIMIT_AS": self.memory,
+            "RLIMIT_NPROC": self.processes,
+            "RLIMIT_CPU": self.cpu_seconds,
+            "RLIMIT_FSIZE": self.file_size,
+            "RLIMIT_NOFILE": self.open_files,
+            "RLIMIT_CORE": 0,
+        }
 
 
 def bwrap() -> str | None:
@@ -135,8 +164,15 @@ def is_root() -> bool:
 def namespace_args() -> list[str]:
     """Namespaces: everything but the user namespace when root (bwrap then
     runs privileged and the bootstrap drops to an unprivileged uid)."""
-    common = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-              "--unshare-cgroup-try", "--hostname", "sandbox"]
+    common = [
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+    ]
     if is_root():
         return [*common, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return ["--unshare-user", "--disable-userns", *common]
@@ -150,9 +186,10 @@ def _realdirs(path) -> list[Path]:
         found.append(p.parent if p.is_file() or p.is_symlink() else p)
         if not p.is_symlink():
             break
-        p = (p.parent / os.readlink(p))
-    found.append(Path(path).resolve().parent if Path(path).is_file() else
-                 Path(path).resolve())
+        p = p.parent / os.readlink(p)
+    found.append(
+        Path(path).resolve().parent if Path(path).is_file() else Path(path).resolve()
+    )
     return found
 
 
@@ -162,8 +199,11 @@ def library_paths() -> list[Path]:
     imports nothing, and ``grader/kernel/``). Not the grader's references,
     known mistakes or judging code, not the course folder."""
     grader_dir = Path(__file__).resolve().parent
-    return [Path(attncourse.__file__).resolve().parent,
-            grader_dir / "__init__.py", grader_dir / "kernel"]
+    return [
+        Path(attncourse.__file__).resolve().parent,
+        grader_dir / "__init__.py",
+        grader_dir / "kernel",
+    ]
 
 
 def read_only_paths(extra=()) -> list[Path]:
@@ -194,17 +234,29 @@ def sandbox_env(home: str = HOME_IN_SANDBOX, base=None) -> dict:
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if k in PASS_ENV}
     bin_dir = str(Path(sys.executable).parent)
-    env.update({
-        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": home, "TMPDIR": "/tmp", "USER": "student", "LOGNAME": "student",
-        "IPYTHONDIR": f"{home}/.ipython", "MPLCONFIGDIR": f"{home}/.matplotlib",
-        "JUPYTER_PLATFORM_DIRS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys([
-            str(Path(attncourse.__file__).resolve().parent.parent),
-            str(Path(__file__).resolve().parent.parent)])),
-        "GRADER_MODE": "observe",
-        "GRADER_INPUTS": INPUTS_IN_SANDBOX,
-    })
+    env.update(
+        {
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": "/tmp",
+            "USER": "student",
+            "LOGNAME": "student",
+            "IPYTHONDIR": f"{home}/.ipython",
+            "MPLCONFIGDIR": f"{home}/.matplotlib",
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join(
+                dict.fromkeys(
+                    [
+                        str(Path(attncourse.__file__).resolve().parent.parent),
+                        str(Path(__file__).resolve().parent.parent),
+                    ]
+                )
+            ),
+            "GRADER_MODE": "observe",
+            "GRADER_INPUTS": INPUTS_IN_SANDBOX,
+        }
+    )
     env.setdefault("LANG", "C.UTF-8")
     env.setdefault("MPLBACKEND", "Agg")
     return env
@@ -217,8 +269,15 @@ def socket_folder() -> str:
     return f"/run/attn-{secrets.token_hex(8)}"
 
 
-def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limits,
-            extra_ro=(), sockets: str | None = None) -> list[str]:
+def command(
+    inner: list[str],
+    *,
+    rundir: Path,
+    inputs: Path | None,
+    limits: Limits,
+    extra_ro=(),
+    sockets: str | None = None,
+) -> list[str]:
     """The bwrap command line that runs ``inner`` in the sandbox.
 
     ``rundir`` (the connection file) is mounted read-only; ``sockets`` (a path
@@ -228,15 +287,29 @@ def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limi
     exe = bwrap()
     if exe is None:
         raise RuntimeError(MISSING)
-    cmd = [exe, *namespace_args(), "--die-with-parent", "--new-session",
-           "--clearenv"]
+    cmd = [exe, *namespace_args(), "--die-with-parent", "--new-session", "--clearenv"]
     for key, value in sorted(sandbox_env().items()):
         cmd += ["--setenv", key, value]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     size = str(limits.tmpfs)
-    cmd += ["--size", size, "--perms", "1777", "--tmpfs", "/dev/shm",
-            "--size", size, "--perms", "1777", "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/home"]
+    cmd += [
+        "--size",
+        size,
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        size,
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        size,
+        "--tmpfs",
+        "/home",
+    ]
     paths = read_only_paths(extra_ro)
     made = {Path("/"), Path("/tmp"), Path("/home"), Path("/dev"), Path("/proc")}
     for path in [*paths, rundir, Path(sockets)]:
@@ -250,17 +323,36 @@ def command(inner: list[str], *, rundir: Path, inputs: Path | None, limits: Limi
         cmd += ["--ro-bind", str(path), str(path)]
     cmd += ["--perms", "0777", "--dir", HOME_IN_SANDBOX]
     if inputs is not None:
-        cmd += ["--perms", "0755", "--dir", str(Path(INPUTS_IN_SANDBOX).parent),
-                "--ro-bind", str(inputs), INPUTS_IN_SANDBOX]
-    cmd += ["--ro-bind", str(rundir), str(rundir),
-            "--size", str(limits.sockets), "--perms", "0777", "--tmpfs", sockets,
-            "--chdir", HOME_IN_SANDBOX]
+        cmd += [
+            "--perms",
+            "0755",
+            "--dir",
+            str(Path(INPUTS_IN_SANDBOX).parent),
+            "--ro-bind",
+            str(inputs),
+            INPUTS_IN_SANDBOX,
+        ]
+    cmd += [
+        "--ro-bind",
+        str(rundir),
+        str(rundir),
+        "--size",
+        str(limits.sockets),
+        "--perms",
+        "0777",
+        "--tmpfs",
+        sockets,
+        "--chdir",
+        HOME_IN_SANDBOX,
+    ]
     return [*cmd, "--", *inner]
 
 
-MISSING = ("bubblewrap (bwrap) is not installed: student code would run "
-           "unsandboxed. Install it (Debian/Ubuntu: apt-get install bubblewrap) or, "
-           "for trusted submissions only, grade with --no-sandbox.")
+MISSING = (
+    "bubblewrap (bwrap) is not installed: student code would run "
+    "unsandboxed. Install it (Debian/Ubuntu: apt-get install bubblewrap) or, "
+    "for trusted submissions only, grade with --no-sandbox."
+)
 
 
 def check_available(limits: Limits | None = None) -> str | None:
@@ -277,23 +369,34 @@ def check_available(limits: Limits | None = None) -> str | None:
         rundir = Path(tmp)
         if is_root():
             os.chown(rundir, uid, uid)
-        probe = [sys.executable, "-P", "-c", BOOTSTRAP.replace(
-            "from grader.kernel.probe import main\nmain()\n",
-            "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 2)\n"
-            "    print('NETWORK')\nexcept OSError:\n    print('ok', os.getuid())\n"),
-            json.dumps(_bootstrap_config(limits, uid=uid))]
+        probe = [
+            sys.executable,
+            "-P",
+            "-c",
+            BOOTSTRAP.replace(
+                "from grader.kernel.probe import main\nmain()\n",
+                "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 2)\n"  # noqa: E501
+                "    print('NETWORK')\nexcept OSError:\n    print('ok', os.getuid())\n",
+            ),
+            json.dumps(_bootstrap_config(limits, uid=uid)),
+        ]
         try:
-            out = subprocess.run(command(probe, rundir=rundir, inputs=None,
-                                         limits=limits),
-                                 capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                command(probe, rundir=rundir, inputs=None, limits=limits),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bubblewrap failed to start: {exc}"
     if out.returncode != 0 or not out.stdout.startswith("ok"):
         detail = (out.stderr or out.stdout).strip().splitlines()
-        return ("bubblewrap could not start a sandbox: "
-                + (detail[-1] if detail else f"exit {out.returncode}")
-                + " (unprivileged user namespaces may be disabled: see "
-                  "solutions/GRADING_SECURITY.md)")
+        return (
+            "bubblewrap could not start a sandbox: "
+            + (detail[-1] if detail else f"exit {out.returncode}")
+            + " (unprivileged user namespaces may be disabled: see "
+            "solutions/GRADING_SECURITY.md)"
+        )
     if is_root() and out.stdout.split()[1] == "0":
         return "the sandbox could not drop root privileges"
     return None
@@ -330,30 +433,43 @@ class SandboxedKernelManager(AsyncKernelManager):
     ``(flag, reason)`` once it killed it.
     """
 
-    sandbox = Bool(True, help="Run the kernel in bubblewrap (False: UNSAFE, "
-                   "rlimits only)").tag(config=True)
-    memory_limit = Integer(Limits.memory, help="address space per process, bytes"
-                           ).tag(config=True)
-    process_limit = Integer(Limits.processes, help="processes + threads"
-                            ).tag(config=True)
-    cpu_limit = Integer(Limits.cpu_seconds, help="CPU seconds per process"
-                        ).tag(config=True)
+    sandbox = Bool(
+        True, help="Run the kernel in bubblewrap (False: UNSAFE, rlimits only)"
+    ).tag(config=True)
+    memory_limit = Integer(Limits.memory, help="address space per process, bytes").tag(
+        config=True
+    )
+    process_limit = Integer(Limits.processes, help="processes + threads").tag(
+        config=True
+    )
+    cpu_limit = Integer(Limits.cpu_seconds, help="CPU seconds per process").tag(
+        config=True
+    )
     file_size_limit = Integer(Limits.file_size).tag(config=True)
     tmpfs_size = Integer(Limits.tmpfs).tag(config=True)
     total_memory_limit = Integer(
-        Limits.total_memory, help="memory of all the kernel's processes together "
+        Limits.total_memory,
+        help="memory of all the kernel's processes together "
         "(resident, shared pages split between their sharers), bytes; above it the "
-        "grader kills the kernel (0: no such limit)").tag(config=True)
-    socket_tmpfs_size = Integer(Limits.sockets, help="size of the tmpfs that holds "
-                                "the kernel's sockets, bytes").tag(config=True)
-    watch_interval = Float(0.25, help="seconds between two looks of the watchdog "
-                           "at the sandbox's memory and files").tag(config=True)
-    extra_read_only = List(Unicode(), help="more host paths to mount read-only"
-                           ).tag(config=True)
-    extra_env = Dict(help="more environment variables for the kernel"
-                     ).tag(config=True)
-    sandbox_uid = Integer(-1, help="uid of the kernel when the grader runs as root "
-                          "(-1: a fresh unused uid per kernel)").tag(config=True)
+        "grader kills the kernel (0: no such limit)",
+    ).tag(config=True)
+    socket_tmpfs_size = Integer(
+        Limits.sockets, help="size of the tmpfs that holds the kernel's sockets, bytes"
+    ).tag(config=True)
+    watch_interval = Float(
+        0.25,
+        help="seconds between two looks of the watchdog "
+        "at the sandbox's memory and files",
+    ).tag(config=True)
+    extra_read_only = List(Unicode(), help="more host paths to mount read-only").tag(
+        config=True
+    )
+    extra_env = Dict(help="more environment variables for the kernel").tag(config=True)
+    sandbox_uid = Integer(
+        -1,
+        help="uid of the kernel when the grader runs as root "
+        "(-1: a fresh unused uid per kernel)",
+    ).tag(config=True)
 
     def __init__(self, rundir=None, inputs=None, **kwargs):
         super().__init__(**kwargs)
@@ -376,10 +492,15 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     @property
     def limits(self) -> Limits:
-        return Limits(memory=self.memory_limit, processes=self.process_limit,
-                      cpu_seconds=self.cpu_limit, file_size=self.file_size_limit,
-                      tmpfs=self.tmpfs_size, total_memory=self.total_memory_limit,
-                      sockets=self.socket_tmpfs_size)
+        return Limits(
+            memory=self.memory_limit,
+            processes=self.process_limit,
+            cpu_seconds=self.cpu_limit,
+            file_size=self.file_size_limit,
+            tmpfs=self.tmpfs_size,
+            total_memory=self.total_memory_limit,
+            sockets=self.socket_tmpfs_size,
+        )
 
     @property
     def killed(self) -> tuple[str, str] | None:
@@ -387,14 +508,26 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self.watchdog.killed if self.watchdog is not None else None
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
-        inner = [sys.executable, "-P", "-c", BOOTSTRAP,
-                 json.dumps(_bootstrap_config(self.limits, self.sandbox, self.uid)),
-                 "-f", self.connection_file, *(extra_arguments or [])]
+        inner = [
+            sys.executable,
+            "-P",
+            "-c",
+            BOOTSTRAP,
+            json.dumps(_bootstrap_config(self.limits, self.sandbox, self.uid)),
+            "-f",
+            self.connection_file,
+            *(extra_arguments or []),
+        ]
         if not self.sandbox:
             return inner
-        return command(inner, rundir=self.rundir, inputs=self.inputs,
-                       limits=self.limits, extra_ro=self.extra_read_only,
-                       sockets=self.sockets)
+        return command(
+            inner,
+            rundir=self.rundir,
+            inputs=self.inputs,
+            limits=self.limits,
+            extra_ro=self.extra_read_only,
+            sockets=self.sockets,
+        )
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         kw["stdin"] = kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
@@ -403,8 +536,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.sandbox:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
-            self.log.warning("UNSANDBOXED student kernel (--no-sandbox): it can "
-                             "read the reference data and write the course files")
+            self.log.warning(
+                "UNSANDBOXED student kernel (--no-sandbox): it can "
+                "read the reference data and write the course files"
+            )
             env["GRADER_INPUTS"] = str(self.inputs) if self.inputs else ""
             env["HOME"] = str(self.rundir)
             env["IPYTHONDIR"] = str(self.rundir / ".ipython")
@@ -496,8 +631,9 @@ class SandboxedKernelManager(AsyncKernelManager):
             tree = process_tree()
             inner = tree.get(top, ())[:1] if self.sandbox else [kernel]
             keep = {top, kernel, *inner}
-            strays = [p for root in inner for p in descendants(tree, root)
-                      if p not in keep]
+            strays = [
+                p for root in inner for p in descendants(tree, root) if p not in keep
+            ]
             if not strays:
                 break
             for pid in strays:
@@ -519,8 +655,14 @@ class SandboxedKernelManager(AsyncKernelManager):
             return 0
         tree = process_tree()
         inner = tree.get(top, ())[:1] if self.sandbox else [kernel]
-        return len([p for root in inner for p in descendants(tree, root)
-                    if p not in (kernel, top, *inner)])
+        return len(
+            [
+                p
+                for root in inner
+                for p in descendants(tree, root)
+                if p not in (kernel, top, *inner)
+            ]
+        )
 
     def thread_count(self) -> int:
         pid = self.kernel_pid()
@@ -533,7 +675,7 @@ def _stat(pid) -> list[str] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return raw[raw.rindex(")") + 2:].split()  # fields after "(comm)"
+    return raw[raw.rindex(")") + 2 :].split()  # fields after "(comm)"
 
 
 def running(pid) -> bool:
@@ -586,8 +728,8 @@ def describe(limits: Limits) -> dict:
 # -- the watchdog ------------------------------------------------------------
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SOCKET_BYTES = 64 * 1024  # in the socket tmpfs: sockets take no space
-SOCKET_FILES = 64         # ... and a kernel binds five
-TMPFS_FILES = 20_000      # files in one tmpfs: empty files cost memory too
+SOCKET_FILES = 64  # ... and a kernel binds five
+TMPFS_FILES = 20_000  # files in one tmpfs: empty files cost memory too
 TMPFS_IN_SANDBOX = ("/tmp", "/dev/shm", "/home")
 
 
@@ -640,13 +782,17 @@ def over_disk_limits(root: str, sockets: str) -> str | None:
     tmpfs is size-limited, but not in its number of (empty) files."""
     use = folder_use(root + sockets)
     if use is not None and (use[0] > SOCKET_BYTES or use[1] > SOCKET_FILES):
-        return (f"the kernel wrote {use[0] >> 10} KiB in {use[1]} files to its "
-                f"socket folder (only sockets belong there) and was killed")
+        return (
+            f"the kernel wrote {use[0] >> 10} KiB in {use[1]} files to its "
+            f"socket folder (only sockets belong there) and was killed"
+        )
     for path in TMPFS_IN_SANDBOX:
         use = folder_use(root + path)
         if use is not None and use[1] > TMPFS_FILES:
-            return (f"the kernel created {use[1]} files in {path} (limit "
-                    f"{TMPFS_FILES}) and was killed")
+            return (
+                f"the kernel created {use[1]} files in {path} (limit "
+                f"{TMPFS_FILES}) and was killed"
+            )
     return None
 
 
@@ -705,7 +851,8 @@ class Watchdog(threading.Thread):
         if self.limit and used > self.limit:
             return "memory", (
                 f"the kernel's {len(pids)} processes used {used / GiB:.1f} GiB of "
-                f"memory together (limit {self.limit / GiB:g} GiB) and were killed")
+                f"memory together (limit {self.limit / GiB:g} GiB) and were killed"
+            )
         if self.sockets is None:
             return None
         root = f"/proc/{self.init}/root"
@@ -719,6 +866,7 @@ class Watchdog(threading.Thread):
         """SIGKILL to bubblewrap's init (its PID namespace dies with it), to
         every process left under the top process (all of them, unsandboxed:
         children first, before they are orphaned), then to the top one."""
+
         def kill(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -737,9 +885,13 @@ class Watchdog(threading.Thread):
         kill(self.top)
 
     def summary(self) -> str:
-        text = (f"peak memory {self.peak_memory / MiB:.0f} MiB in "
-                f"{self.peak_processes} processes (limit {self.limit / MiB:.0f} MiB)")
+        text = (
+            f"peak memory {self.peak_memory / MiB:.0f} MiB in "
+            f"{self.peak_processes} processes (limit {self.limit / MiB:.0f} MiB)"
+        )
         if self.sockets is not None:
-            text += (f", socket folder {self.peak_sockets[0] >> 10} KiB in "
-                     f"{self.peak_sockets[1]} files")
+            text += (
+                f", socket folder {self.peak_sockets[0] >> 10} KiB in "
+                f"{self.peak_sockets[1]} files"
+            )
         return text + (f"; killed: {self.killed[1]}" if self.killed else "")

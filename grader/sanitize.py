@@ -69,12 +69,50 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 # ------------------------------------------------------------------ policy
 # What nbconvert's markdown renderer writes for plain markdown (headings with
 # anchors, lists, tables, code, footnotes, math left as text).
-SAFE_TAGS = frozenset({
-    "a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "div", "dl", "dt",
-    "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "kbd", "li", "ol",
-    "p", "pre", "s", "section", "span", "strong", "sub", "sup", "table", "tbody",
-    "td", "tfoot", "th", "thead", "tr", "ul",
-})
+SAFE_TAGS = frozenset(
+    {
+        "a",
+        "abbr",
+        "b",
+        "blockquote",
+        "br",
+        "code",
+        "dd",
+        "del",
+        "div",
+        "dl",
+        "dt",
+        "em",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "hr",
+        "i",
+        "img",
+        "kbd",
+        "li",
+        "ol",
+        "p",
+        "pre",
+        "s",
+        "section",
+        "span",
+        "strong",
+        "sub",
+        "sup",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+    }
+)
 SAFE_ATTRS = {
     "*": frozenset({"class", "id", "title"}),
     "a": frozenset({"href"}),
@@ -95,8 +133,10 @@ BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 OBJECT_REPR = re.compile(r"<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>")
 SAFE_TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOTEBOOK_METADATA = ("kernelspec", "language_info")
-AS_TEXT_NOTE = ("*Shown as text by the grader: this cell contained raw HTML, an "
-                "unsafe link or an attachment that cannot be shown safely.*")
+AS_TEXT_NOTE = (
+    "*Shown as text by the grader: this cell contained raw HTML, an "
+    "unsafe link or an attachment that cannot be shown safely.*"
+)
 
 
 def url_ok(value: str, tag: str = "a") -> bool:
@@ -213,8 +253,11 @@ def safe_attachments(attachments) -> dict:
     for name, bundle in (attachments or {}).items():
         if not isinstance(bundle, dict):
             continue
-        data = {m: v for m, v in bundle.items() if m in RASTER and
-                isinstance(v, str) and BASE64.fullmatch(v)}
+        data = {
+            m: v
+            for m, v in bundle.items()
+            if m in RASTER and isinstance(v, str) and BASE64.fullmatch(v)
+        }
         if data:
             kept[name] = data
     return kept
@@ -245,16 +288,22 @@ def sanitize_markdown_cell(cell) -> list[str]:
 
 def sanitize_output(output) -> list[str]:
     """Keep an output's text and raster images only; returns the removed types."""
-    if output.get("output_type") not in ("display_data", "execute_result",
-                                         "update_display_data"):
+    if output.get("output_type") not in (
+        "display_data",
+        "execute_result",
+        "update_display_data",
+    ):
         return []  # stream and error outputs are text
     data = output.get("data") or {}
     kept, removed = {}, {}
     for mime, value in data.items():
         if mime == "text/plain" and isinstance(value, (str, list)):
             kept[mime] = _text(value)
-        elif mime in SAFE_OUTPUT_TYPES and isinstance(value, str) and \
-                BASE64.fullmatch(value):
+        elif (
+            mime in SAFE_OUTPUT_TYPES
+            and isinstance(value, str)
+            and BASE64.fullmatch(value)
+        ):
             kept[mime] = value
         else:
             removed[mime] = value
@@ -262,9 +311,12 @@ def sanitize_output(output) -> list[str]:
     for mime in ("image/png", "image/jpeg"):
         meta = (output.get("metadata") or {}).get(mime)
         if mime in kept and isinstance(meta, dict):
-            size = {k: meta[k] for k in ("width", "height")
-                    if isinstance(meta.get(k), (int, float))
-                    and not isinstance(meta.get(k), bool)}
+            size = {
+                k: meta[k]
+                for k in ("width", "height")
+                if isinstance(meta.get(k), (int, float))
+                and not isinstance(meta.get(k), bool)
+            }
             if size:
                 metadata[mime] = size
     if removed:
@@ -272,7 +324,8 @@ def sanitize_output(output) -> list[str]:
         if not plain.strip() or OBJECT_REPR.fullmatch(plain.strip()):
             kept["text/plain"] = "\n".join(
                 f"[{mime} output, shown as text by the grader]\n{_text(value)}"
-                for mime, value in removed.items())
+                for mime, value in removed.items()
+            )
     output["data"] = kept
     output["metadata"] = metadata
     return sorted(removed)
@@ -285,8 +338,11 @@ def sanitize_notebook(nb) -> list[str]:
         where = _label(cell, index)
         tags = cell.get("metadata", {}).get("tags")
         if tags is not None:
-            good = [t for t in tags if isinstance(t, str) and SAFE_TAG.fullmatch(t)] \
-                if isinstance(tags, list) else []
+            good = (
+                [t for t in tags if isinstance(t, str) and SAFE_TAG.fullmatch(t)]
+                if isinstance(tags, list)
+                else []
+            )
             if good != tags:
                 changes.append(f"{where}: cell tags removed")
                 cell.metadata["tags"] = good
@@ -298,8 +354,9 @@ def sanitize_notebook(nb) -> list[str]:
             for output in cell.get("outputs", []):
                 removed = sanitize_output(output)
                 if removed:
-                    changes.append(f"{where}: output {', '.join(removed)} shown as "
-                                   f"text")
+                    changes.append(
+                        f"{where}: output {', '.join(removed)} shown as text"
+                    )
         elif cell.get("cell_type") == "raw":
             cell.get("metadata", {}).pop("raw_mimetype", None)
             cell.get("metadata", {}).pop("format", None)
@@ -323,8 +380,12 @@ class SanitizeStudentContent(NbGraderPreprocessor):
         changes = sanitize_notebook(nb)
         info = resources.get("nbgrader", {})
         for change in changes:
-            self.log.info("%s/%s: %s", info.get("student", "?"),
-                          info.get("assignment", "?"), change)
+            self.log.info(
+                "%s/%s: %s",
+                info.get("student", "?"),
+                info.get("assignment", "?"),
+                change,
+            )
         return nb, resources
 
 
@@ -348,9 +409,15 @@ def clean_fragment(fragment: str) -> str:
             return False
         return attribute_ok(tag, name, value)
 
-    return bleach.clean(fragment, tags=SAFE_TAGS, attributes=attributes,
-                        protocols=[*SAFE_SCHEMES, "data"], strip=False,
-                        strip_comments=True, **kwargs)
+    return bleach.clean(
+        fragment,
+        tags=SAFE_TAGS,
+        attributes=attributes,
+        protocols=[*SAFE_SCHEMES, "data"],
+        strip=False,
+        strip_comments=True,
+        **kwargs,
+    )
 
 
 def markdown_cell_html(text: str) -> str:
@@ -384,8 +451,11 @@ TEMPLATE_VALUE = r"[\w./+:-]*"
 
 
 def _sha(text: str) -> str:
-    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()
-                                         ).decode() + "'"
+    return (
+        "'sha256-"
+        + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+        + "'"
+    )
 
 
 def template_scripts(folders) -> tuple[list[re.Pattern], set[str]]:
@@ -398,12 +468,12 @@ def template_scripts(folders) -> tuple[list[re.Pattern], set[str]]:
                 continue
             text = path.read_text(errors="replace")
             for attrs, body in INLINE_SCRIPT.findall(text):
-                if "src=" in attrs or "{%" in body or "{#" in body or \
-                        not body.strip():
+                if "src=" in attrs or "{%" in body or "{#" in body or not body.strip():
                     continue
                 parts = re.split(r"\{\{.*?\}\}", body, flags=re.S)
-                patterns.append(re.compile(TEMPLATE_VALUE.join(
-                    re.escape(p) for p in parts), re.S))
+                patterns.append(
+                    re.compile(TEMPLATE_VALUE.join(re.escape(p) for p in parts), re.S)
+                )
             handlers.update(_sha(h) for h in HANDLER.findall(text))
     return patterns, handlers
 
@@ -411,8 +481,9 @@ def template_scripts(folders) -> tuple[list[re.Pattern], set[str]]:
 def script_folder(url: str) -> str | None:
     """The folder of an https script URL as a CSP source (MathJax loads its
     extensions from beside itself), or None."""
-    match = re.fullmatch(r"(https://[\w.-]+(?::\d+)?/(?:[\w.~-]+/)*)[^/?#]*(?:[?#].*)?",
-                         url or "")
+    match = re.fullmatch(
+        r"(https://[\w.-]+(?::\d+)?/(?:[\w.~-]+/)*)[^/?#]*(?:[?#].*)?", url or ""
+    )
     return match.group(1) if match else None
 
 
@@ -423,13 +494,20 @@ def page_policy(page: str, patterns, handlers, kept: dict, sources=()) -> str:
     hashes = set()
     for attrs, body in INLINE_SCRIPT.findall(page):
         kind = re.search(r"""type\s*=\s*["']?([\w/+.-]+)""", attrs, re.I)
-        if "src=" in attrs.lower() or (kind and kind.group(1).lower() not in (
-                "text/javascript", "application/javascript", "module")):
+        if "src=" in attrs.lower() or (
+            kind
+            and kind.group(1).lower()
+            not in ("text/javascript", "application/javascript", "module")
+        ):
             continue
         if any(p.fullmatch(body) for p in patterns):
             hashes.add(_sha(body))
-    scripts = ["'self'", *sources, *(["'unsafe-eval'"] if sources else []),
-               *sorted(hashes)]
+    scripts = [
+        "'self'",
+        *sources,
+        *(["'unsafe-eval'"] if sources else []),
+        *sorted(hashes),
+    ]
     if handlers:
         scripts += ["'unsafe-hashes'", *sorted(handlers)]
     directives = {**CSP_BASE, "script-src": " ".join(scripts), **kept}
@@ -460,8 +538,10 @@ def make_transform(base_url: str, folders, settings=None):
 
     patterns, handlers = template_scripts(folders)
     prefix = base_url.rstrip("/") + "/formgrader/"
-    files = re.compile(re.escape(prefix) + r"submissions/(?!components/)[^/]+/"
-                       r"(?!(?:next|prev|next_incorrect|prev_incorrect)/?$).+")
+    files = re.compile(
+        re.escape(prefix) + r"submissions/(?!components/)[^/]+/"
+        r"(?!(?:next|prev|next_incorrect|prev_incorrect)/?$).+"
+    )
 
     class FormgraderCSP(OutputTransform):
         def __init__(self, request):
@@ -470,22 +550,32 @@ def make_transform(base_url: str, folders, settings=None):
 
         def transform_first_chunk(self, status_code, headers, chunk, finishing):
             if self.path.startswith(prefix):
-                kept = kept_directives(headers.get("Content-Security-Policy", ""),
-                                       base_url)
+                kept = kept_directives(
+                    headers.get("Content-Security-Policy", ""), base_url
+                )
                 if files.fullmatch(self.path):
                     policy = "; ".join(
-                        ["sandbox", "default-src 'none'", "img-src 'self' data:",
-                         "style-src 'self' 'unsafe-inline'",
-                         *(f"{k} {v}" for k, v in kept.items())])
+                        [
+                            "sandbox",
+                            "default-src 'none'",
+                            "img-src 'self' data:",
+                            "style-src 'self' 'unsafe-inline'",
+                            *(f"{k} {v}" for k, v in kept.items()),
+                        ]
+                    )
                 else:
                     html = ""
                     if "html" in headers.get("Content-Type", "") and finishing:
                         html = chunk.decode("utf-8", errors="replace")
                     exporter = (settings or {}).get("nbgrader_exporter")
                     folder = script_folder(getattr(exporter, "mathjax_url", ""))
-                    policy = page_policy(html, patterns, handlers, kept,
-                                         [folder] if folder and folder in html
-                                         else [])
+                    policy = page_policy(
+                        html,
+                        patterns,
+                        handlers,
+                        kept,
+                        [folder] if folder and folder in html else [],
+                    )
                 headers["Content-Security-Policy"] = policy
             return status_code, headers, chunk
 
@@ -502,11 +592,15 @@ def _load_jupyter_server_extension(serverapp):
     from jupyter_core.paths import jupyter_path
     from nbgrader.server_extensions.formgrader import handlers
 
-    folders = [handlers.template_path,
-               *[str(Path(p) / n) for p in jupyter_path("nbconvert", "templates")
-                 for n in ("base", "classic")]]
+    folders = [
+        handlers.template_path,
+        *[
+            str(Path(p) / n)
+            for p in jupyter_path("nbconvert", "templates")
+            for n in ("base", "classic")
+        ],
+    ]
     settings = serverapp.web_app.settings
     transform = make_transform(settings.get("base_url", "/"), folders, settings)
     serverapp.web_app.transforms.insert(0, transform)  # before any compression
     serverapp.log.info("grader.sanitize: Content-Security-Policy on /formgrader/")
-

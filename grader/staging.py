@@ -77,36 +77,41 @@ TIMESTAMP = "timestamp.txt"
 # The exchange's key for returning feedback (nbgrader release_feedback reads it
 # from feedback/<student>/<assignment>/); it travels with the submission.
 SECRET = "submission_secret.txt"
-IGNORED = {".ipynb_checkpoints", "__MACOSX", ".DS_Store", "__pycache__", TIMESTAMP,
-           SECRET}
+IGNORED = {
+    ".ipynb_checkpoints",
+    "__MACOSX",
+    ".DS_Store",
+    "__pycache__",
+    TIMESTAMP,
+    SECRET,
+}
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 MAX_NOTEBOOK_BYTES = 32 * 1024 * 1024  # the largest notebook read
-MAX_SMALL_BYTES = 4096                 # timestamp.txt, submission_secret.txt
-MAX_JSON_DEPTH = 100                   # nesting of the notebook's JSON
-MAX_ENTRIES = 2000                     # files and folders looked at
-MAX_TREE_DEPTH = 12                    # folder levels looked into
-MAX_CANDIDATES = 16                    # notebooks opened to find a renamed one
+MAX_SMALL_BYTES = 4096  # timestamp.txt, submission_secret.txt
+MAX_JSON_DEPTH = 100  # nesting of the notebook's JSON
+MAX_ENTRIES = 2000  # files and folders looked at
+MAX_TREE_DEPTH = 12  # folder levels looked into
+MAX_CANDIDATES = 16  # notebooks opened to find a renamed one
 MANIFEST = "staged-manifest.json"
-RUN_ENV = "GRADER_STAGING_RUN"         # the run id, for the nbgrader processes
-PURPOSE = "staged-notebook"            # HMAC domain of the manifest entries
+RUN_ENV = "GRADER_STAGING_RUN"  # the run id, for the nbgrader processes
+PURPOSE = "staged-notebook"  # HMAC domain of the manifest entries
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 SUSPICIOUS = {
     "exits the kernel": r"\bos\._exit\b|\bsys\.exit\b|(?<![\w.])(?:exit|quit)\(",
     "ctypes / low-level memory": r"\bctypes\b|\bcffi\b",
     "processes or threads": r"\bos\.fork\b|\bmultiprocessing\b|\bsubprocess\b|"
-                            r"\bthreading\b|\bos\.system\b|\bos\.popen\b",
+    r"\bthreading\b|\bos\.system\b|\bos\.popen\b",
     "network": r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\bhttpx\b|"
-               r"\baiohttp\b",
+    r"\baiohttp\b",
     "grader files": r"reference\.npz|gradebook|autograded|submitted/|solutions/|"
-                    r"hidden/|\bnbgrader\b",
+    r"hidden/|\bnbgrader\b",
     "grader internals": r"attncourse\.grading\b|\bgrader\.kernel\b|\bget_ipython\b|"
-                        r"\bsys\.modules\b|\bbuiltins\b|__builtins__|\bgc\.get_"
-                        r"|\bsys\.settrace\b|\bsys\._getframe\b",
-    "patches library functions":
-        r"\b(?:np|numpy|torch|tf|tensorflow|math|keras)(?:\.\w+)*\."
-        r"(?:allclose|isclose|array_equal|equal|testing|debugging|assert_\w+)\s*=(?!=)"
-        r"|\bsetattr\(\s*(?:np|numpy|torch|tf|tensorflow|math|builtins)\b",
+    r"\bsys\.modules\b|\bbuiltins\b|__builtins__|\bgc\.get_"
+    r"|\bsys\.settrace\b|\bsys\._getframe\b",
+    "patches library functions": r"\b(?:np|numpy|torch|tf|tensorflow|math|keras)(?:\.\w+)*\."  # noqa: E501
+    r"(?:allclose|isclose|array_equal|equal|testing|debugging|assert_\w+)\s*=(?!=)"
+    r"|\bsetattr\(\s*(?:np|numpy|torch|tf|tensorflow|math|builtins)\b",
 }
 
 
@@ -137,9 +142,14 @@ def shown(name, limit: int = 80) -> str:
     undecodable bytes) escaped, at most ``limit`` characters."""
     if isinstance(name, (tuple, list)):
         name = "/".join(name)
-    out = "".join(c if c.isprintable() and c not in "`|" else
-                  f"\\x{ord(c):02x}" if c in "`|" else ascii(c)[1:-1]
-                  for c in str(name)[:limit])
+    out = "".join(
+        c
+        if c.isprintable() and c not in "`|"
+        else f"\\x{ord(c):02x}"
+        if c in "`|"
+        else ascii(c)[1:-1]
+        for c in str(name)[:limit]
+    )
     return out + ("..." if len(str(name)) > limit else "")
 
 
@@ -155,8 +165,9 @@ def students_with(root: Path, submitted: str, assignment: str) -> list[str]:
     for entry in sorted(os.scandir(base), key=lambda e: e.name):
         if entry.is_symlink():
             links.append(entry.name)
-        elif entry.is_dir(follow_symlinks=False) and \
-                os.path.lexists(os.path.join(entry.path, assignment)):
+        elif entry.is_dir(follow_symlinks=False) and os.path.lexists(
+            os.path.join(entry.path, assignment)
+        ):
             real.append(entry.name)
     return sorted(real + links) if real else []
 
@@ -168,8 +179,13 @@ def shadows(name: str) -> bool:
         return False
     if name != stem and not name.endswith((".py", ".pyc", ".so", ".pyd", ".pth")):
         return False
-    if stem in sys.stdlib_module_names or stem in ("attncourse", "numpy", "torch",
-                                                   "tensorflow", "keras"):
+    if stem in sys.stdlib_module_names or stem in (
+        "attncourse",
+        "numpy",
+        "torch",
+        "tensorflow",
+        "keras",
+    ):
         return True
     try:
         return importlib.util.find_spec(stem) is not None
@@ -181,11 +197,12 @@ def shadows(name: str) -> bool:
 @dataclass
 class Entry:
     """One thing in a submission folder, seen with lstat (never followed)."""
-    parts: tuple          # path relative to the assignment folder
-    kind: str             # "file", "dir", "link", "mount", "special"
+
+    parts: tuple  # path relative to the assignment folder
+    kind: str  # "file", "dir", "link", "mount", "special"
     size: int = 0
     mtime: float = 0.0
-    target: str = ""      # a link's text (read with readlink, not followed)
+    target: str = ""  # a link's text (read with readlink, not followed)
 
     @property
     def name(self) -> str:
@@ -351,14 +368,25 @@ def _parse(raw: bytes, name: str, ev) -> dict | None:
         ev.flag("malformed", f"{name} is nested too deeply to be a notebook")
         return None
     if _deeper_than(data, MAX_JSON_DEPTH):
-        ev.flag("malformed", f"{name} is nested more than {MAX_JSON_DEPTH} levels "
-                f"deep; not a notebook this course reads")
+        ev.flag(
+            "malformed",
+            f"{name} is nested more than {MAX_JSON_DEPTH} levels "
+            f"deep; not a notebook this course reads",
+        )
         return None
-    if not isinstance(data, dict) or data.get("nbformat") not in (3, 4) or not (
-            isinstance(data.get("cells"), list) or
-            isinstance(data.get("worksheets"), list)):
-        ev.flag("malformed", f"{name} is JSON but not a Jupyter notebook "
-                f"(nbformat {data.get('nbformat') if isinstance(data, dict) else '?'})")
+    if (
+        not isinstance(data, dict)
+        or data.get("nbformat") not in (3, 4)
+        or not (
+            isinstance(data.get("cells"), list)
+            or isinstance(data.get("worksheets"), list)
+        )
+    ):
+        ev.flag(
+            "malformed",
+            f"{name} is JSON but not a Jupyter notebook "
+            f"(nbformat {data.get('nbformat') if isinstance(data, dict) else '?'})",
+        )
         return None
     version = (data.get("nbformat"), data.get("nbformat_minor", 0))
     try:
@@ -367,8 +395,10 @@ def _parse(raw: bytes, name: str, ev) -> dict | None:
         ev.flag("malformed", f"{name}: not a valid notebook ({str(exc)[:120]})")
         return None
     if version < (4, 5):
-        ev.flag("old-format", f"{name} was saved as nbformat {version[0]}."
-                f"{version[1]}; converted to 4.5")
+        ev.flag(
+            "old-format",
+            f"{name} was saved as nbformat {version[0]}.{version[1]}; converted to 4.5",
+        )
     return nb
 
 
@@ -391,8 +421,11 @@ def _read_notebook(folder_fd: int, parts, ev) -> dict | None:
     try:
         raw = read_at(folder_fd, parts, MAX_NOTEBOOK_BYTES)
     except TooLarge as exc:
-        ev.flag("too-large", f"{name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB "
-                f"({exc.strerror}); clear its outputs and submit it again")
+        ev.flag(
+            "too-large",
+            f"{name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB "
+            f"({exc.strerror}); clear its outputs and submit it again",
+        )
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -404,9 +437,13 @@ def _read_notebook(folder_fd: int, parts, ev) -> dict | None:
 
 
 def _locked_sources(nb) -> set:
-    return {text(c.get("source")).strip() for c in nb.get("cells", [])
-            if nbgrader_meta(c).get("locked") and not nbgrader_meta(c).get("solution")
-            and text(c.get("source")).strip()}
+    return {
+        text(c.get("source")).strip()
+        for c in nb.get("cells", [])
+        if nbgrader_meta(c).get("locked")
+        and not nbgrader_meta(c).get("solution")
+        and text(c.get("source")).strip()
+    }
 
 
 def affinity(nb, template) -> int:
@@ -424,8 +461,11 @@ def guess_assignment(nb) -> str | None:
     """The course assignment whose functions/classes the notebook defines."""
     from grader import assignments
 
-    code = "\n".join(text(c.get("source")) for c in nb.get("cells", [])
-                     if c.get("cell_type") == "code")
+    code = "\n".join(
+        text(c.get("source"))
+        for c in nb.get("cells", [])
+        if c.get("cell_type") == "code"
+    )
     defined = set(re.findall(r"^\s*(?:def|class)\s+(\w+)", code, re.M))
     best, hits = None, 0
     for assignment in assignments.ASSIGNMENTS:
@@ -443,8 +483,11 @@ def guess_assignment(nb) -> str | None:
 def _new_cell(cell, source=None, metadata=None, cell_id=None):
     kind = cell.get("cell_type", "code")
     src = text(cell.get("source")) if source is None else source
-    meta = copy.deepcopy(dict(cell.get("metadata", {}))) if metadata is None else \
-        copy.deepcopy(metadata)
+    meta = (
+        copy.deepcopy(dict(cell.get("metadata", {})))
+        if metadata is None
+        else copy.deepcopy(metadata)
+    )
     if kind == "code":
         new = nbformat.v4.new_code_cell(source=src, metadata=meta)
     elif kind == "markdown":
@@ -474,11 +517,16 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
         if g in kinds:
             what = "solution" if kinds[g].get("solution") else "test/locked"
             if what != "solution":
-                ev.flag("edited-tests", f"{what} cell {g} is duplicated; the copy "
-                        f"runs as an ordinary cell")
+                ev.flag(
+                    "edited-tests",
+                    f"{what} cell {g} is duplicated; the copy runs as an ordinary cell",
+                )
         elif g:
-            ev.flag("edited-tests", f"a cell carries the unknown nbgrader id {g!r} "
-                    f"(ids changed?); it runs as an ordinary cell")
+            ev.flag(
+                "edited-tests",
+                f"a cell carries the unknown nbgrader id {g!r} "
+                f"(ids changed?); it runs as an ordinary cell",
+            )
         extra = _new_cell(cell)
         extra.metadata.pop("nbgrader", None)
         extras.setdefault(anchor, []).append(extra)
@@ -496,22 +544,29 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
             else:
                 src = text(t.source)
                 ev.note(f"solution cell {g} was deleted: graded as not implemented")
-            out.append(_new_cell(t, source=src, metadata=t.metadata,
-                                 cell_id=t.get("id")))
+            out.append(
+                _new_cell(t, source=src, metadata=t.metadata, cell_id=t.get("id"))
+            )
             code.append(src)
         else:
             if g not in mine:
                 if meta.get("grade"):
                     ev.flag("edited-tests", f"test cell {g} was deleted; restored")
-            elif text(mine[g].get("source")).strip() != text(t.source).strip() \
-                    and (meta.get("grade") or t.cell_type == "code"):
-                ev.flag("edited-tests", f"{'test' if meta.get('grade') else 'locked'} "
-                        f"cell {g} was edited; the original was graded")
-            elif g in mine and {k: v for k, v in nbgrader_meta(mine[g]).items()
-                                if k != "checksum"} != {k: v for k, v in meta.items()
-                                                        if k != "checksum"}:
-                ev.flag("edited-tests", f"the nbgrader metadata of {g} was changed; "
-                        f"the release's was used")
+            elif text(mine[g].get("source")).strip() != text(t.source).strip() and (
+                meta.get("grade") or t.cell_type == "code"
+            ):
+                ev.flag(
+                    "edited-tests",
+                    f"{'test' if meta.get('grade') else 'locked'} "
+                    f"cell {g} was edited; the original was graded",
+                )
+            elif g in mine and {
+                k: v for k, v in nbgrader_meta(mine[g]).items() if k != "checksum"
+            } != {k: v for k, v in meta.items() if k != "checksum"}:
+                ev.flag(
+                    "edited-tests",
+                    f"the nbgrader metadata of {g} was changed; the release's was used",
+                )
             out.append(_new_cell(t, metadata=t.metadata, cell_id=t.get("id")))
         out.extend(extras.get(g, []))
     # unique, valid ids (template ids first)
@@ -524,8 +579,9 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
                 cid = uuid.uuid4().hex[:8]
             cell["id"] = cid
         seen_ids.add(cid)
-    result = nbformat.v4.new_notebook(cells=out,
-                                      metadata=copy.deepcopy(template.metadata))
+    result = nbformat.v4.new_notebook(
+        cells=out, metadata=copy.deepcopy(template.metadata)
+    )
     result.nbformat, result.nbformat_minor = 4, 5
     return result, code
 
@@ -535,25 +591,35 @@ def scan(code: list[str]) -> list[str]:
     return [what for what, pattern in SUSPICIOUS.items() if re.search(pattern, joined)]
 
 
-def stage_one(folder: Path, dest: Path, assignment: str, templates: dict,
-              ev, folder_fd: int | None = None) -> Path | None:
+def stage_one(
+    folder: Path,
+    dest: Path,
+    assignment: str,
+    templates: dict,
+    ev,
+    folder_fd: int | None = None,
+) -> Path | None:
     """Stage one submission folder; returns the staged notebook or None.
 
     ``folder_fd``: the folder, opened by the caller (``stage`` opens every
     component with O_NOFOLLOW); else ``folder`` is opened here, refused if it
     is a link."""
     if folder_fd is not None:
-        return _stage_fd(folder_fd, Path(folder), Path(dest), assignment, templates,
-                         ev)
+        return _stage_fd(folder_fd, Path(folder), Path(dest), assignment, templates, ev)
     try:
         fd = os.open(folder, _DIR)
     except OSError as exc:
         if os.path.islink(folder):
-            ev.flag("link", f"{shown(Path(folder).name)}/ is a symbolic link (to "
-                    f"{shown(os.readlink(folder))}); it was not followed")
+            ev.flag(
+                "link",
+                f"{shown(Path(folder).name)}/ is a symbolic link (to "
+                f"{shown(os.readlink(folder))}); it was not followed",
+            )
         else:
-            ev.flag("missing", f"{shown(Path(folder).name)}/ cannot be read "
-                    f"({exc.strerror})")
+            ev.flag(
+                "missing",
+                f"{shown(Path(folder).name)}/ cannot be read ({exc.strerror})",
+            )
         return None
     try:
         return _stage_fd(fd, Path(folder), Path(dest), assignment, templates, ev)
@@ -561,8 +627,9 @@ def stage_one(folder: Path, dest: Path, assignment: str, templates: dict,
         os.close(fd)
 
 
-def _stage_fd(fd: int, folder: Path, dest: Path, assignment: str, templates: dict,
-              ev) -> Path | None:
+def _stage_fd(
+    fd: int, folder: Path, dest: Path, assignment: str, templates: dict, ev
+) -> Path | None:
     entries, skipped = tree(fd)
     expected = f"{assignment}.ipynb"
     device = os.fstat(fd).st_dev
@@ -572,34 +639,47 @@ def _stage_fd(fd: int, folder: Path, dest: Path, assignment: str, templates: dic
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-            entries.append(Entry((name,), _kind(st, device), st.st_size,
-                                 st.st_mtime))
+            entries.append(Entry((name,), _kind(st, device), st.st_size, st.st_mtime))
             if entries[-1].kind == "link":
                 entries[-1].target = os.readlink(name, dir_fd=fd)
     refused = [e for e in entries if e.kind in ("link", "mount", "special")]
     if refused:
-        what = {"link": "a symbolic link", "mount": "a mount point",
-                "special": "not a regular file"}
-        ev.flag("link", "never opened or copied: " + "; ".join(
-            f"{e.show()} ({what[e.kind]}"
-            + (f" to {shown(e.target)}" if e.target else "") + ")"
-            for e in refused[:10]) + (f"; and {len(refused) - 10} more"
-                                      if len(refused) > 10 else ""))
+        what = {
+            "link": "a symbolic link",
+            "mount": "a mount point",
+            "special": "not a regular file",
+        }
+        ev.flag(
+            "link",
+            "never opened or copied: "
+            + "; ".join(
+                f"{e.show()} ({what[e.kind]}"
+                + (f" to {shown(e.target)}" if e.target else "")
+                + ")"
+                for e in refused[:10]
+            )
+            + (f"; and {len(refused) - 10} more" if len(refused) > 10 else ""),
+        )
     notebooks, others = _candidates(entries)
     template = templates[assignment]
     given = next((e for e in entries if e.parts == (expected,)), None)
     if given is not None and given.kind != "file":
-        ev.flag("link", f"the notebook {expected} is "
-                f"{'a symbolic link' if given.kind == 'link' else 'not a file'}"
-                f"{' (to ' + shown(given.target) + ')' if given.target else ''}; "
-                f"not graded")
+        ev.flag(
+            "link",
+            f"the notebook {expected} is "
+            f"{'a symbolic link' if given.kind == 'link' else 'not a file'}"
+            f"{' (to ' + shown(given.target) + ')' if given.target else ''}; "
+            f"not graded",
+        )
         return None
     if given is not None:
         chosen = given
     elif notebooks:
+
         def score(e):
             nb = _read_notebook(fd, e.parts, _Quiet())
             return (affinity(nb, template) if nb else -1, e.mtime)
+
         chosen = max(notebooks[:MAX_CANDIDATES], key=score)
         ev.flag("renamed", f"no {expected}; graded {chosen.show()}")
     else:
@@ -609,37 +689,53 @@ def _stage_fd(fd: int, folder: Path, dest: Path, assignment: str, templates: dic
         names = ", ".join(e.show() for e in rest[:10])
         if len(rest) > 10:
             names += f" and {len(rest) - 10} more"
-        ev.flag("extra-files", "; ".join(
-            x for x in [f"not given to the kernel: {names}" if rest else "",
-                        *(f"not looked at: {s}" for s in skipped)] if x))
+        ev.flag(
+            "extra-files",
+            "; ".join(
+                x
+                for x in [
+                    f"not given to the kernel: {names}" if rest else "",
+                    *(f"not looked at: {s}" for s in skipped),
+                ]
+                if x
+            ),
+        )
         shadow = [e.show() for e in others if len(e.parts) == 1 and shadows(e.name)]
         if shadow:
             ev.flag("shadowing", f"named like importable modules: {', '.join(shadow)}")
     if chosen is None:
-        ev.flag("missing", f"no notebook in {shown(folder.name)}/ (expected "
-                f"{expected})")
+        ev.flag(
+            "missing", f"no notebook in {shown(folder.name)}/ (expected {expected})"
+        )
         return None
     nb = _read_notebook(fd, chosen.parts, ev)
     if nb is None:
         return None
     best = max(templates, key=lambda a: (affinity(nb, templates[a]), a == assignment))
     if best != assignment and affinity(nb, templates[best]) > affinity(nb, template):
-        ev.flag("wrong-assignment", f"{chosen.show()} is the notebook of {best!r}, "
-                f"not {assignment!r}")
+        ev.flag(
+            "wrong-assignment",
+            f"{chosen.show()} is the notebook of {best!r}, not {assignment!r}",
+        )
         return None
     if foreign(nb, template) > affinity(nb, template):
         guess = guess_assignment(nb)
-        ev.flag("wrong-assignment", f"{chosen.show()} is another assignment's "
-                "notebook"
-                + (f" (it defines the functions of {guess!r})" if guess else "")
-                + f": {foreign(nb, template)} of its instructor cells are not "
-                f"{assignment!r}'s, {affinity(nb, template)} are")
+        ev.flag(
+            "wrong-assignment",
+            f"{chosen.show()} is another assignment's "
+            "notebook"
+            + (f" (it defines the functions of {guess!r})" if guess else "")
+            + f": {foreign(nb, template)} of its instructor cells are not "
+            f"{assignment!r}'s, {affinity(nb, template)} are",
+        )
         return None
     kernel = (nb.metadata.get("kernelspec") or {}).get("name")
     expected_kernel = (template.metadata.get("kernelspec") or {}).get("name")
     if kernel != expected_kernel:
-        ev.flag("kernelspec", f"kernel {shown(str(kernel))!r} replaced by "
-                f"{expected_kernel!r}")
+        ev.flag(
+            "kernelspec",
+            f"kernel {shown(str(kernel))!r} replaced by {expected_kernel!r}",
+        )
     staged, code = rebuild(nb, template, ev)
     found = scan(code)
     if found:
@@ -680,9 +776,13 @@ def check_provenance(staged, template, assignment: str, ev) -> None:
         forbidden = tuple(getattr(assignments.get(assignment), "FORBIDDEN", ()))
     except KeyError:
         forbidden = ()
-    context = [(gid(c) or "cell", text(c.source)) for c in template.cells
-               if c.cell_type == "code" and nbgrader_meta(c).get("locked")
-               and not nbgrader_meta(c).get("solution")]
+    context = [
+        (gid(c) or "cell", text(c.source))
+        for c in template.cells
+        if c.cell_type == "code"
+        and nbgrader_meta(c).get("locked")
+        and not nbgrader_meta(c).get("solution")
+    ]
     found = provenance.scan(_student_cells(staged), forbidden, context)
     for note in found.calls:
         ev.flag("library-call", note)
@@ -714,8 +814,9 @@ def digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def vouch(state_dir, run: str, student: str, assignment: str, notebook: str,
-          sha256: str) -> str:
+def vouch(
+    state_dir, run: str, student: str, assignment: str, notebook: str, sha256: str
+) -> str:
     """The manifest's HMAC for one staged notebook (see the module docstring)."""
     return fresh.sign(state_dir, PURPOSE, run, student, assignment, notebook, sha256)
 
@@ -732,11 +833,13 @@ def write_manifest(state_dir: Path, run: str, staged) -> Path:
             continue
         nb = item.notebook.stem
         entries[manifest_key(item.student, item.assignment, nb)] = vouch(
-            state_dir, run, item.student, item.assignment, nb, digest(item.notebook))
+            state_dir, run, item.student, item.assignment, nb, digest(item.notebook)
+        )
     path = Path(state_dir) / MANIFEST
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"run": run, "notebooks": entries}, indent=1,
-                              sort_keys=True))
+    tmp.write_text(
+        json.dumps({"run": run, "notebooks": entries}, indent=1, sort_keys=True)
+    )
     os.chmod(tmp, 0o600)
     tmp.replace(path)
     return path
@@ -752,8 +855,11 @@ def _open_submission(base_fd: int, student: str, assignment: str, ev):
             if stat.S_ISLNK(st.st_mode):
                 where = name if name == student else f"{student}/{assignment}"
                 target = os.readlink(name, dir_fd=parent)
-                ev.flag("link", f"{shown(where)}/ is a symbolic link (to "
-                        f"{shown(target)}); it was not followed: not graded")
+                ev.flag(
+                    "link",
+                    f"{shown(where)}/ is a symbolic link (to "
+                    f"{shown(target)}); it was not followed: not graded",
+                )
                 return None
             if not stat.S_ISDIR(st.st_mode):
                 ev.flag("missing", f"{shown(name)} is not a folder")
@@ -762,20 +868,32 @@ def _open_submission(base_fd: int, student: str, assignment: str, ev):
         return os.dup(fds[-1])
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            ev.flag("link", f"{shown(student)}/{shown(assignment)} became a link; "
-                    f"not graded")
+            ev.flag(
+                "link",
+                f"{shown(student)}/{shown(assignment)} became a link; not graded",
+            )
         else:
-            ev.flag("missing", f"{shown(student)}/{shown(assignment)}/ cannot be "
-                    f"read ({exc.strerror})")
+            ev.flag(
+                "missing",
+                f"{shown(student)}/{shown(assignment)}/ cannot be "
+                f"read ({exc.strerror})",
+            )
         return None
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def stage(root: Path, state_dir: Path, assignments, students=None,
-          submitted="submitted", release="exercises", log=None,
-          run: str | None = None) -> list[Staged]:
+def stage(
+    root: Path,
+    state_dir: Path,
+    assignments,
+    students=None,
+    submitted="submitted",
+    release="exercises",
+    log=None,
+    run: str | None = None,
+) -> list[Staged]:
     """Stage every submission of ``assignments`` into ``<state_dir>/staged``
     and write the manifest for run ``run`` (a new id if None: ``Staged.run``)."""
     root, state_dir = Path(root), Path(state_dir)
@@ -799,11 +917,18 @@ def stage(root: Path, state_dir: Path, assignments, students=None,
                     if fd is not None:
                         item.notebook = stage_one(
                             root / submitted / student / assignment,
-                            out_dir / student / assignment, assignment, templates,
-                            ev, folder_fd=fd)
+                            out_dir / student / assignment,
+                            assignment,
+                            templates,
+                            ev,
+                            folder_fd=fd,
+                        )
                 except Exception as exc:  # noqa: BLE001  (one bad file, not the batch)
-                    ev.flag("malformed", f"could not be staged: {type(exc).__name__}: "
-                            f"{shown(str(exc), 200)}")
+                    ev.flag(
+                        "malformed",
+                        f"could not be staged: {type(exc).__name__}: "
+                        f"{shown(str(exc), 200)}",
+                    )
                     item.notebook = None
                 finally:
                     if fd is not None:

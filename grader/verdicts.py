@@ -51,7 +51,8 @@ from grader.kernel.errors import GradingError
 from grader.kernel.observations import load_payload, ours, parse_observation
 
 CHECK_CALL = re.compile(
-    r"""\bcheck\(\s*["']([\w-]+)["']\s*,\s*["'](\w+)["']\s*,\s*["'](\w+)["']""")
+    r"""\bcheck\(\s*["']([\w-]+)["']\s*,\s*["'](\w+)["']\s*,\s*["'](\w+)["']"""
+)
 
 
 def checks_in(source: str) -> list[tuple[str, str, str]]:
@@ -64,8 +65,14 @@ def judge_recorded(assignment, check_name, framework, recorded: dict, ref) -> No
     observed, error = recorded["observed"], recorded["error"]
     for case in check_def.cases:
         if case in observed:
-            verdict(check_def, framework, case, ref.inputs(case), ref.expected(case),
-                    observed[case])
+            verdict(
+                check_def,
+                framework,
+                case,
+                ref.inputs(case),
+                ref.expected(case),
+                observed[case],
+            )
         elif error is not None and error["case"] == case:
             raise GradingError(error["message"])
         else:
@@ -86,8 +93,9 @@ def integrity_problems(entry: dict) -> tuple[list[str], list[str]]:
     changed, problems = [], []
     if not reports:
         if not excused:
-            problems.append("no integrity report (the probe was removed or its "
-                            "output suppressed)")
+            problems.append(
+                "no integrity report (the probe was removed or its output suppressed)"
+            )
         return changed, problems
     if len(reports) > 1:
         problems.append(f"{len(reports)} integrity reports (one is the probe's)")
@@ -96,8 +104,11 @@ def integrity_problems(entry: dict) -> tuple[list[str], list[str]]:
             report = load_payload(raw, "integrity report")
             cell = report.get("cell")
             found = report.get("changed")
-            if report.get("v") != 1 or not isinstance(cell, int) \
-                    or not isinstance(found, list):
+            if (
+                report.get("v") != 1
+                or not isinstance(cell, int)
+                or not isinstance(found, list)
+            ):
                 raise ValueError("unknown format")
         except ValueError:
             problems.append("an unreadable integrity report")
@@ -109,8 +120,10 @@ def integrity_problems(entry: dict) -> tuple[list[str], list[str]]:
         if (cell != run) if not entry.get("lag") else not 1 <= cell <= run:
             problems.append(f"an integrity report for execution {cell}, not {run}")
     if len(reports) == 1 and reports[0][0] != entry.get("content", 0) - 1:
-        problems.append("the integrity report is not the cell's last output "
-                        "(something was displayed or cleared after it)")
+        problems.append(
+            "the integrity report is not the cell's last output "
+            "(something was displayed or cleared after it)"
+        )
     return sorted(set(changed)), problems
 
 
@@ -118,8 +131,11 @@ def stream_problems(entry: dict) -> list[str]:
     """What no honest kernel sends, in any cell."""
     problems = []
     if entry.get("late"):
-        problems.append("messages came for this cell after it had finished ("
-                        + ", ".join(entry["late"][:5]) + ")")
+        problems.append(
+            "messages came for this cell after it had finished ("
+            + ", ".join(entry["late"][:5])
+            + ")"
+        )
     if entry.get("malformed"):
         problems.append(f"{entry['malformed']} malformed messages")
     if entry.get("ours_updates"):
@@ -151,8 +167,9 @@ class JudgeHiddenTests(NbGraderPreprocessor):
         info = resources.get("nbgrader", {})
         self.assignment = info.get("assignment", "unknown")
         student = info.get("student", "unknown")
-        self.events = _events.Events(self.state_dir, self.assignment, student,
-                                     "verdicts", self.log)
+        self.events = _events.Events(
+            self.state_dir, self.assignment, student, "verdicts", self.log
+        )
         self.ref = ctx.get("reference")
         status = ctx.get("status", {})
         stream = ctx.get("stream", {})
@@ -186,11 +203,15 @@ class JudgeHiddenTests(NbGraderPreprocessor):
                 if problems and tamper is None:
                     tamper = (index, name)
                 if tamper is not None:
-                    cell.outputs.append(error_output(
-                        "NotGraded", f"not graded: the notebook changed what grading "
-                        f"relies on or replaced recorded results (detected at "
-                        f"{tamper[1]}); every test from there on scores 0 -- your "
-                        f"instructor will review it"))
+                    cell.outputs.append(
+                        error_output(
+                            "NotGraded",
+                            f"not graded: the notebook changed what grading "
+                            f"relies on or replaced recorded results (detected at "
+                            f"{tamper[1]}); every test from there on scores 0 -- your "
+                            f"instructor will review it",
+                        )
+                    )
             for problem in problems:
                 self.events.flag("tampered", f"{name}: {problem}")
             cell.outputs = [o for o in cell.outputs if not ours(o)]
@@ -218,8 +239,7 @@ class JudgeHiddenTests(NbGraderPreprocessor):
             matches = [r for r in recorded if r["key"] == key]
             if len(matches) != 1:
                 how = "no result" if not matches else f"{len(matches)} results"
-                return [f"the hidden test recorded {how} for {check_name}/"
-                        f"{framework}"]
+                return [f"the hidden test recorded {how} for {check_name}/{framework}"]
             try:
                 if self.ref is None or assignment != self.assignment:
                     raise RuntimeError(f"no grading data for {assignment!r}")
@@ -229,9 +249,14 @@ class JudgeHiddenTests(NbGraderPreprocessor):
                 return []
             except Exception as exc:  # noqa: BLE001  (a grader bug: say little)
                 self.log.exception("judging %s failed", name)
-                cell.outputs.append(grading_error_output(GradingError(
-                    "the grader could not check your code; this is probably not "
-                    "your mistake -- tell your instructor")))
+                cell.outputs.append(
+                    grading_error_output(
+                        GradingError(
+                            "the grader could not check your code; this is probably not "  # noqa: E501
+                            "your mistake -- tell your instructor"
+                        )
+                    )
+                )
                 self.events.note(f"{name}: grader error {type(exc).__name__}: {exc}")
                 return []
         return []
@@ -242,8 +267,11 @@ def _count_problems(cell, entry) -> list[str]:
     calls = checks_in(cell.source)
     observations = entry.get("observations") or []
     if not calls:
-        return (["a test cell without a hidden test recorded results"]
-                if observations else [])
+        return (
+            ["a test cell without a hidden test recorded results"]
+            if observations
+            else []
+        )
     if len(observations) != len(calls):
         how = f"{len(observations)} results" if observations else "no result"
         return [f"the hidden test recorded {how} for {len(calls)} checks"]
@@ -251,5 +279,7 @@ def _count_problems(cell, entry) -> list[str]:
 
 
 def _label(cell, index):
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or \
-        f"cell {index + 1}"
+    return (
+        cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        or f"cell {index + 1}"
+    )

@@ -30,7 +30,18 @@ from .weights import *  # noqa: F401,F403
 
 __all__ = sorted(
     set().union(
-        *(m.__all__ for m in (masking, scoring, pooling, layers, multihead,
-                              positional, seq2seq, weights))
+        *(
+            m.__all__
+            for m in (
+                masking,
+                scoring,
+                pooling,
+                layers,
+                multihead,
+                positional,
+                seq2seq,
+                weights,
+            )
+        )
     )
 )

@@ -65,12 +65,12 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     checks.multi_head_inputs(queries, keys, values, params, num_heads)
     p = {name: np.asarray(v, dtype=queries.dtype) for name, v in params.items()}
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
-    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
-    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
-    weights = masked_softmax(scores, _head_mask(mask))     # (batch, heads, n_q, n_k)
-    heads = weights @ v                                    # (batch, heads, n_q, d_head)
-    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    weights = masked_softmax(scores, _head_mask(mask))  # (batch, heads, n_q, n_k)
+    heads = weights @ v  # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
 
 
@@ -108,19 +108,21 @@ class MultiHeadAttention:
     (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
-    def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
-                 input_dims=None):
-        self.input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
-                                                  input_dims_required=True)
+    def __init__(self, num_heads, d_model, d_out=None, use_bias=True, input_dims=None):
+        self.input_dims = checks.multi_head_sizes(
+            num_heads, d_model, input_dims, input_dims_required=True
+        )
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias = use_bias
         shapes = mha_param_shapes(self.input_dims, d_model, self.d_out, use_bias)
         self.params = {name: _init(name, shape) for name, shape in shapes.items()}
 
-    def __call__(self, queries, keys, values, attention_mask=None,
-                 return_weights=False):
+    def __call__(
+        self, queries, keys, values, attention_mask=None, return_weights=False
+    ):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
         outputs, weights = multi_head_attention(
-            queries, keys, values, self.params, self.num_heads, attention_mask)
+            queries, keys, values, self.params, self.num_heads, attention_mask
+        )
         return (outputs, weights) if return_weights else outputs

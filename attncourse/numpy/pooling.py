@@ -40,7 +40,7 @@ def soft_attention(scores, values, mask=None):
     scores, values = _tensors(scores, values)
     checks.soft_attention_inputs(scores, values)
     weights = masked_softmax(scores, mask)  # (batch, num_queries, num_keys)
-    return weights @ values, weights        # (batch, num_queries, d_v)
+    return weights @ values, weights  # (batch, num_queries, d_v)
 
 
 def _with_lengths(mask, valid_lens, num_keys):
@@ -51,8 +51,9 @@ def _with_lengths(mask, valid_lens, num_keys):
     return lens_mask if mask is None else mask & lens_mask
 
 
-def scaled_dot_product_attention(queries, keys, values, mask=None,
-                                 valid_lens=None, scale=None):
+def scaled_dot_product_attention(
+    queries, keys, values, mask=None, valid_lens=None, scale=None
+):
     """softmax(q k^T * scale) v, with masking.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
@@ -60,10 +61,12 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     masks keys at index >= length; both given -> combined with AND. scale
     defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v), weights (b, nq, nk)).
     """
-    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
-                                                       valid_lens)
-    checks.attention_inputs(queries, keys, values, mask, valid_lens,
-                            same_feature_size=True)
+    queries, keys, values, mask, valid_lens = _tensors(
+        queries, keys, values, mask, valid_lens
+    )
+    checks.attention_inputs(
+        queries, keys, values, mask, valid_lens, same_feature_size=True
+    )
     if scale is None:
         scores = scaled_dot_score(queries, keys)  # (b, nq, nk)
     else:
@@ -72,8 +75,7 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     return soft_attention(scores, values, mask)
 
 
-def key_value_attention(queries, keys, values, score_fn, mask=None,
-                        valid_lens=None):
+def key_value_attention(queries, keys, values, score_fn, mask=None, valid_lens=None):
     """Attention with any score function: softmax(score_fn(q, k)) v.
 
     queries (b, nq, d_q), keys (b, nk, d_k), values (b, nk, d_v);
@@ -84,12 +86,14 @@ def key_value_attention(queries, keys, values, score_fn, mask=None,
     "Normal mode" is keys = values = X: the same vectors are compared with
     the query and averaged (as in keras.layers.Attention without a key).
     """
-    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
-                                                       valid_lens)
+    queries, keys, values, mask, valid_lens = _tensors(
+        queries, keys, values, mask, valid_lens
+    )
     checks.attention_inputs(queries, keys, values, mask, valid_lens)
     scores = np.asarray(score_fn(queries, keys))  # (b, nq, nk)
-    checks.check_scores_shape(checks.shape_of(scores),
-                              (values.shape[0], queries.shape[1], values.shape[1]))
+    checks.check_scores_shape(
+        checks.shape_of(scores), (values.shape[0], queries.shape[1], values.shape[1])
+    )
     mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
@@ -110,8 +114,9 @@ def hard_attention(weights, values, mode="argmax", generator=None):
     and log_prob 0.
     """
     weights, values = _tensors(weights, values)
-    checks.hard_attention_inputs(weights, values, mode, generator,
-                                 np.random.Generator, "numpy.random.Generator")
+    checks.hard_attention_inputs(
+        weights, values, mode, generator, np.random.Generator, "numpy.random.Generator"
+    )
     positive = weights > 0
     logw = np.log(np.where(positive, weights, 1))
     if mode == "argmax":

@@ -23,8 +23,7 @@ __all__ = [
 
 def _arrays(*xs):
     """NumPy arrays from the arguments (a Python number becomes a float)."""
-    return tuple(np.asarray(float(x) if isinstance(x, int | float) else x)
-                 for x in xs)
+    return tuple(np.asarray(float(x) if isinstance(x, int | float) else x) for x in xs)
 
 
 def _like(queries, *params):
@@ -67,9 +66,11 @@ def additive_score(queries, keys, W_q, W_k, w_v):
     queries, keys, W_q, W_k, w_v = _arrays(queries, keys, W_q, W_k, w_v)
     checks.additive_score_inputs(queries, keys, W_q, W_k, w_v)
     W_q, W_k, w_v = _like(queries, W_q, W_k, w_v)
-    features = np.tanh((queries @ W_q)[:, :, None, :]      # (b, nq, 1, h)
-                       + (keys @ W_k)[:, None, :, :])      # (b, 1, nk, h)
-    return features @ w_v                                  # (b, nq, nk)
+    features = np.tanh(
+        (queries @ W_q)[:, :, None, :]  # (b, nq, 1, h)
+        + (keys @ W_k)[:, None, :, :]
+    )  # (b, 1, nk, h)
+    return features @ w_v  # (b, nq, nk)
 
 
 def concat_score(queries, keys, w, b=None):

@@ -74,6 +74,7 @@ def _sigmoid(x):
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+
     def gate(g):
         return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
 
@@ -120,8 +121,10 @@ def _uniform(shape, bound):
 def _gru_init(prefix, input_dim, hidden_dim):
     """PyTorch's default: U(-1/sqrt(hidden), 1/sqrt(hidden)) for every entry."""
     bound = 1.0 / math.sqrt(hidden_dim)
-    return {prefix + k: _uniform(s, bound)
-            for k, s in gru_param_shapes(input_dim, hidden_dim).items()}
+    return {
+        prefix + k: _uniform(s, bound)
+        for k, s in gru_param_shapes(input_dim, hidden_dim).items()
+    }
 
 
 def _sub(params, prefix):
@@ -162,8 +165,11 @@ class Encoder:
     """Embedding + GRU. params: embedding (vocab, embed), gru.* (canonical GRU)."""
 
     def __init__(self, vocab_size, embed_dim, hidden_dim):
-        for name, d in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
-                        ("hidden_dim", hidden_dim)):
+        for name, d in (
+            ("vocab_size", vocab_size),
+            ("embed_dim", embed_dim),
+            ("hidden_dim", hidden_dim),
+        ):
             checks.check_positive(name, d)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim = hidden_dim
@@ -183,8 +189,9 @@ class Encoder:
         return gru(embedded, None, _sub(self.params, "gru"), valid_lens)
 
 
-def decoder_param_shapes(vocab_size, embed_dim, hidden_dim, attention,
-                         max_src_len=None):
+def decoder_param_shapes(
+    vocab_size, embed_dim, hidden_dim, attention, max_src_len=None
+):
     """name -> shape of a Decoder's parameters (linear maps are x @ W + b)."""
     E, H, V = embed_dim, hidden_dim, vocab_size
     shapes = {"embedding": (V, E)}
@@ -226,11 +233,11 @@ class Decoder:
     decoder and the dot scores compare the two).
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim, attention,
-                 max_src_len=None):
+    def __init__(self, vocab_size, embed_dim, hidden_dim, attention, max_src_len=None):
         checks.check_attention(attention, max_src_len)
-        shapes = decoder_param_shapes(vocab_size, embed_dim, hidden_dim,
-                                      attention, max_src_len)
+        shapes = decoder_param_shapes(
+            vocab_size, embed_dim, hidden_dim, attention, max_src_len
+        )
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim, self.attention = hidden_dim, attention
         self.max_src_len = max_src_len
@@ -244,23 +251,29 @@ class Decoder:
         tokens, state = np.asarray(tokens), np.asarray(state)
         enc_outputs = np.asarray(enc_outputs)
         src_mask = None if src_mask is None else np.asarray(src_mask)
-        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
-                                   hidden_dim=self.hidden_dim,
-                                   attention=self.attention,
-                                   max_src_len=self.max_src_len)
+        checks.decoder_step_inputs(
+            tokens,
+            state,
+            enc_outputs,
+            src_mask,
+            hidden_dim=self.hidden_dim,
+            attention=self.attention,
+            max_src_len=self.max_src_len,
+        )
         p = self.params
-        emb = p["embedding"][tokens]                                   # (batch, E)
+        emb = p["embedding"][tokens]  # (batch, E)
         if self.attention.startswith("luong"):  # update, then attend with s_t
-            state = gru_step(emb, state, _sub(p, "gru"))               # (batch, H)
+            state = gru_step(emb, state, _sub(p, "gru"))  # (batch, H)
             context, weights = self.attend(state, emb, enc_outputs, src_mask)
-            hidden = np.tanh(_linear(np.concatenate([context, state], -1), p,
-                                     "combine"))
+            hidden = np.tanh(
+                _linear(np.concatenate([context, state], -1), p, "combine")
+            )
         else:  # attend with s_{t-1}, then update
             context, weights = self.attend(state, emb, enc_outputs, src_mask)
             x = _linear(np.concatenate([emb, context], -1), p, "combine")
             if self.attention == "location":
                 x = np.maximum(x, 0.0)
-            state = hidden = gru_step(x, state, _sub(p, "gru"))        # (batch, H)
+            state = hidden = gru_step(x, state, _sub(p, "gru"))  # (batch, H)
         return _linear(hidden, p, "out"), state, weights
 
     def __call__(self, targets_in, state, enc_outputs, src_mask=None):
@@ -271,8 +284,7 @@ class Decoder:
         checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
         logits, weights = [], []
         for t in range(targets_in.shape[1]):
-            out, state, w = self.step(targets_in[:, t], state, enc_outputs,
-                                      src_mask)
+            out, state, w = self.step(targets_in[:, t], state, enc_outputs, src_mask)
             logits.append(out)
             weights.append(w)
         return np.stack(logits, 1), np.stack(weights, 1)
@@ -294,8 +306,7 @@ class Decoder:
         if kind == "scaled_dot":
             return scaled_dot_score(q, enc)
         if kind == "bahdanau":
-            return additive_score(q, enc, p["attn.W_q"], p["attn.W_k"],
-                                  p["attn.w_v"])
+            return additive_score(q, enc, p["attn.W_q"], p["attn.W_k"], p["attn.w_v"])
         if kind == "luong_dot":
             return dot_score(q, enc)
         if kind == "luong_general":
@@ -319,8 +330,9 @@ def _decoder_init(shapes):
     return params
 
 
-def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
-                  max_len):
+def greedy_decode(
+    encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id, max_len
+):
     """Translate by always taking the most likely next token.
 
     src_tokens (batch, src_len) int, src_valid_lens (batch,) or None.
@@ -332,8 +344,9 @@ def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
     checks.check_positive("max_len", max_len)
     enc_outputs, state = encoder(src_tokens, src_valid_lens)
     batch, src_len = enc_outputs.shape[:2]
-    src_mask = (None if src_valid_lens is None
-                else sequence_mask(src_valid_lens, src_len)[:, 0])
+    src_mask = (
+        None if src_valid_lens is None else sequence_mask(src_valid_lens, src_len)[:, 0]
+    )
     tokens = np.full(batch, bos_id, dtype=np.int64)
     done = np.zeros(batch, dtype=bool)
     out_tokens, out_weights = [], []

@@ -53,8 +53,10 @@ __all__ = [
 
 def get_params(layer) -> dict:
     """A copy of a course layer's parameters: {name: float64 array}, (in, out)."""
-    return {name: np.array(v, dtype=np.float64)
-            for name, v in checks.course_params(layer).items()}
+    return {
+        name: np.array(v, dtype=np.float64)
+        for name, v in checks.course_params(layer).items()
+    }
 
 
 def set_params(layer, params: dict) -> None:
@@ -78,7 +80,8 @@ def _mha_dims(params, num_heads):
     shapes = {k: np.shape(v) for k, v in params.items()}
     d_in = [shapes[f"W_{c}"][0] if f"W_{c}" in shapes else 0 for c in "qkv"]
     d_model, d_out = checks.check_mha_params(
-        shapes, (1, 1, d_in[0]), (1, 1, d_in[1]), (1, 1, d_in[2]), num_heads)
+        shapes, (1, 1, d_in[0]), (1, 1, d_in[1]), (1, 1, d_in[2]), num_heads
+    )
     return d_in, d_model, d_out
 
 
@@ -87,8 +90,10 @@ def _biases(params, d_model, d_out):
     if not any(f"b_{c}" in params for c in "qkvo"):
         return None
     sizes = {"q": d_model, "k": d_model, "v": d_model, "o": d_out}
-    return {c: np.asarray(params.get(f"b_{c}", np.zeros(n)), dtype=np.float64)
-            for c, n in sizes.items()}
+    return {
+        c: np.asarray(params.get(f"b_{c}", np.zeros(n)), dtype=np.float64)
+        for c, n in sizes.items()
+    }
 
 
 def mha_params_to_keras(params: dict, num_heads: int) -> dict:
@@ -105,8 +110,9 @@ def mha_params_to_keras(params: dict, num_heads: int) -> dict:
     out = {}
     for name, c, d_in in (("query", "q", d_q), ("key", "k", d_k), ("value", "v", d_v)):
         out[f"{name}/kernel"] = np.reshape(params[f"W_{c}"], (d_in, num_heads, d_head))
-    out["attention_output/kernel"] = np.reshape(params["W_o"],
-                                                (num_heads, d_head, d_out))
+    out["attention_output/kernel"] = np.reshape(
+        params["W_o"], (num_heads, d_head, d_out)
+    )
     biases = _biases(params, d_model, d_out)
     if biases is not None:
         for name, c in (("query", "q"), ("key", "k"), ("value", "v")):
@@ -160,25 +166,34 @@ def gru_params_to_keras(params: dict) -> list:
     p = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
     kernel = np.concatenate([p[f"W_x{g}"] for g in KERAS_GATES], axis=1)
     recurrent = np.concatenate([p[f"W_h{g}"] for g in KERAS_GATES], axis=1)
-    bias = np.stack([np.concatenate([p[f"b_{s}{g}"] for g in KERAS_GATES])
-                     for s in "xh"])
+    bias = np.stack(
+        [np.concatenate([p[f"b_{s}{g}"] for g in KERAS_GATES]) for s in "xh"]
+    )
     return [kernel, recurrent, bias]
 
 
 def gru_params_from_keras(kernel, recurrent_kernel, bias) -> dict:
     """keras.layers.GRU(reset_after=True) weights -> canonical GRU params."""
-    kernel, recurrent_kernel, bias = (np.asarray(t, dtype=np.float64) for t in
-                                      (kernel, recurrent_kernel, bias))
+    kernel, recurrent_kernel, bias = (
+        np.asarray(t, dtype=np.float64) for t in (kernel, recurrent_kernel, bias)
+    )
     hidden = recurrent_kernel.shape[0]
     checks.check_weight("kernel", kernel.shape, (None, 3 * hidden))
-    checks.check_weight("recurrent_kernel", recurrent_kernel.shape,
-                        (hidden, 3 * hidden))
+    checks.check_weight(
+        "recurrent_kernel", recurrent_kernel.shape, (hidden, 3 * hidden)
+    )
     checks.check_weight("bias", bias.shape, (2, 3 * hidden))
     params = {}
     for i, g in enumerate(KERAS_GATES):
         cols = slice(i * hidden, (i + 1) * hidden)
-        params.update({f"W_x{g}": kernel[:, cols], f"W_h{g}": recurrent_kernel[:, cols],
-                       f"b_x{g}": bias[0, cols], f"b_h{g}": bias[1, cols]})
+        params.update(
+            {
+                f"W_x{g}": kernel[:, cols],
+                f"W_h{g}": recurrent_kernel[:, cols],
+                f"b_x{g}": bias[0, cols],
+                f"b_h{g}": bias[1, cols],
+            }
+        )
     return params
 
 
@@ -197,19 +212,24 @@ def gru_params_to_torch(params: dict) -> dict:
 
 def gru_params_from_torch(state_dict: dict) -> dict:
     """A one-layer torch.nn.GRU state_dict (arrays) -> canonical GRU params."""
-    sd = {k: np.asarray(state_dict[k], dtype=np.float64) for k in
-          ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")}
+    sd = {
+        k: np.asarray(state_dict[k], dtype=np.float64)
+        for k in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+    }
     hidden = sd["weight_hh_l0"].shape[1]
     checks.check_weight("weight_ih_l0", sd["weight_ih_l0"].shape, (3 * hidden, None))
-    checks.check_weight("weight_hh_l0", sd["weight_hh_l0"].shape,
-                        (3 * hidden, hidden))
+    checks.check_weight("weight_hh_l0", sd["weight_hh_l0"].shape, (3 * hidden, hidden))
     params = {}
     for i, g in enumerate(GRU_GATES):
         rows = slice(i * hidden, (i + 1) * hidden)
-        params.update({f"W_x{g}": sd["weight_ih_l0"][rows].T,
-                       f"W_h{g}": sd["weight_hh_l0"][rows].T,
-                       f"b_x{g}": sd["bias_ih_l0"][rows],
-                       f"b_h{g}": sd["bias_hh_l0"][rows]})
+        params.update(
+            {
+                f"W_x{g}": sd["weight_ih_l0"][rows].T,
+                f"W_h{g}": sd["weight_hh_l0"][rows].T,
+                f"b_x{g}": sd["bias_ih_l0"][rows],
+                f"b_h{g}": sd["bias_hh_l0"][rows],
+            }
+        )
     return params
 
 

@@ -32,7 +32,19 @@ from .weights import *  # noqa: F401,F403
 
 __all__ = sorted(
     set().union(
-        *(m.__all__ for m in (masking, scoring, pooling, layers, multihead,
-                              positional, seq2seq, train, weights))
+        *(
+            m.__all__
+            for m in (
+                masking,
+                scoring,
+                pooling,
+                layers,
+                multihead,
+                positional,
+                seq2seq,
+                train,
+                weights,
+            )
+        )
     )
 )

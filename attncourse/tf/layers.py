@@ -46,8 +46,13 @@ class AttentionLayer(keras.layers.Layer):
     def create_params(self, shapes):
         """One glorot-uniform variable per name -> shape, set as an attribute."""
         for i, (name, shape) in enumerate(shapes.items()):
-            setattr(self, name, self.add_weight(name=name, shape=shape,
-                                                initializer=_glorot(self.seed, i)))
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name, shape=shape, initializer=_glorot(self.seed, i)
+                ),
+            )
 
     @property
     def params(self) -> dict:
@@ -119,19 +124,24 @@ class SelfAttention(AttentionLayer):
         inputs = tf.convert_to_tensor(inputs)
         checks.sequence_input("inputs", inputs, "input_dim", self.input_dim)
         queries, keys, values = self.project(inputs, inputs, inputs)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
-    def compute_output_spec(self, inputs, attention_mask=None,
-                            return_weights=False):
+    def compute_output_spec(self, inputs, attention_mask=None, return_weights=False):
         """Symbolic outputs (batch, seq, d_v) [, weights (batch, seq, seq)]."""
         return self.symbolic_outputs(inputs.shape, inputs.shape, return_weights)
 
     def get_config(self):
         """Constructor arguments, for Keras serialisation (from_config)."""
-        return {**super().get_config(), "d_k": self.d_k, "d_v": self.d_v,
-                "input_dim": self.input_dim, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "d_k": self.d_k,
+            "d_v": self.d_v,
+            "input_dim": self.input_dim,
+            "seed": self.seed,
+        }
 
 
 class SelfAttentionDense(SelfAttention):
@@ -147,8 +157,16 @@ class SelfAttentionDense(SelfAttention):
         checks.attention_layer_sizes(d_k, d_v, input_dim, input_dim_required=False)
         self.d_k, self.d_v, self.input_dim = d_k, d_v, input_dim
         for i, (name, units) in enumerate(zip(_NAMES, (d_k, d_k, d_v), strict=True)):
-            setattr(self, name, keras.layers.Dense(
-                units, use_bias=False, name=name, kernel_initializer=_glorot(seed, i)))
+            setattr(
+                self,
+                name,
+                keras.layers.Dense(
+                    units,
+                    use_bias=False,
+                    name=name,
+                    kernel_initializer=_glorot(seed, i),
+                ),
+            )
         if input_dim is not None:
             self.build((None, None, input_dim))
 
@@ -189,13 +207,13 @@ class CrossAttention(AttentionLayer):
     (batch, len_a, d_v) [, weights (batch, len_a, len_b)].
     """
 
-    def __init__(self, d_k, d_v, input_dim=None, context_dim=None, seed=None,
-                 **kwargs):
+    def __init__(self, d_k, d_v, input_dim=None, context_dim=None, seed=None, **kwargs):
         super().__init__(seed, **kwargs)
         if input_dim is not None and context_dim is None:
             context_dim = input_dim
-        checks.attention_layer_sizes(d_k, d_v, input_dim, context_dim,
-                                     input_dim_required=False)
+        checks.attention_layer_sizes(
+            d_k, d_v, input_dim, context_dim, input_dim_required=False
+        )
         self.d_k, self.d_v = d_k, d_v
         self.input_dim, self.context_dim = input_dim, context_dim
         if input_dim is not None:
@@ -204,38 +222,47 @@ class CrossAttention(AttentionLayer):
     def build(self, inputs_shape, context_shape):
         """Create the parameters from the shapes of inputs (A) and context (B)."""
         if self.context_dim is not None:  # given without input_dim
-            checks.check_features("context", tuple(context_shape), "context_dim",
-                                  self.context_dim)
+            checks.check_features(
+                "context", tuple(context_shape), "context_dim", self.context_dim
+            )
         self.input_dim = int(inputs_shape[-1])
         self.context_dim = int(context_shape[-1])
         self.create_params(self.param_shapes())
 
     def param_shapes(self):
         """W_q: (input_dim, d_k); W_k: (context_dim, d_k); W_v: (context_dim, d_v)."""
-        return {"W_q": (self.input_dim, self.d_k),
-                "W_k": (self.context_dim, self.d_k),
-                "W_v": (self.context_dim, self.d_v)}
+        return {
+            "W_q": (self.input_dim, self.d_k),
+            "W_k": (self.context_dim, self.d_k),
+            "W_v": (self.context_dim, self.d_v),
+        }
 
     def call(self, inputs, context, attention_mask=None, return_weights=False):
         """inputs (b, len_a, input_dim), context (b, len_b, context_dim)."""
         inputs, context = tf.convert_to_tensor(inputs), tf.convert_to_tensor(context)
-        checks.cross_attention_inputs(inputs, context, self.input_dim,
-                                      self.context_dim)
+        checks.cross_attention_inputs(inputs, context, self.input_dim, self.context_dim)
         queries, keys, values = self.project(inputs, context, context)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
-    def compute_output_spec(self, inputs, context, attention_mask=None,
-                            return_weights=False):
+    def compute_output_spec(
+        self, inputs, context, attention_mask=None, return_weights=False
+    ):
         """Symbolic outputs (batch, len_a, d_v) [, weights (batch, len_a, len_b)]."""
         return self.symbolic_outputs(inputs.shape, context.shape, return_weights)
 
     def get_config(self):
         """Constructor arguments, for Keras serialisation (from_config)."""
-        return {**super().get_config(), "d_k": self.d_k, "d_v": self.d_v,
-                "input_dim": self.input_dim, "context_dim": self.context_dim,
-                "seed": self.seed}
+        return {
+            **super().get_config(),
+            "d_k": self.d_k,
+            "d_v": self.d_v,
+            "input_dim": self.input_dim,
+            "context_dim": self.context_dim,
+            "seed": self.seed,
+        }
 
 
 class StatisticalAttention(CrossAttention):
@@ -260,18 +287,21 @@ class StatisticalAttention(CrossAttention):
 
     def param_shapes(self):
         """W_q: (context_dim, d_k); W_k: (input_dim, d_k); W_v: (in + ctx, d_v)."""
-        return {"W_q": (self.context_dim, self.d_k),
-                "W_k": (self.input_dim, self.d_k),
-                "W_v": (self.input_dim + self.context_dim, self.d_v)}
+        return {
+            "W_q": (self.context_dim, self.d_k),
+            "W_k": (self.input_dim, self.d_k),
+            "W_v": (self.input_dim + self.context_dim, self.d_v),
+        }
 
     def call(self, a, b, attention_mask=None, return_weights=False):
         """a (batch, seq, input_dim), b (batch, seq, context_dim)."""
         a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
         checks.statistical_attention_inputs(a, b, self.input_dim, self.context_dim)
-        joint = tf.concat([a, b], axis=-1)                    # (batch, seq, in + ctx)
+        joint = tf.concat([a, b], axis=-1)  # (batch, seq, in + ctx)
         queries, keys, values = self.project(b, a, joint)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
     def compute_output_spec(self, a, b, attention_mask=None, return_weights=False):

@@ -65,12 +65,12 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     checks.multi_head_inputs(queries, keys, values, params, num_heads)
     p = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
-    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
-    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])
-    weights = masked_softmax(scores, _head_mask(mask))     # (batch, heads, n_q, n_k)
-    heads = tf.matmul(weights, v)                          # (batch, heads, n_q, d_head)
-    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    weights = masked_softmax(scores, _head_mask(mask))  # (batch, heads, n_q, n_k)
+    heads = tf.matmul(weights, v)  # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
 
 
@@ -89,11 +89,13 @@ class MultiHeadAttention(keras.layers.Layer):
     (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
-    def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
-                 input_dims=None, **kwargs):
+    def __init__(
+        self, num_heads, d_model, d_out=None, use_bias=True, input_dims=None, **kwargs
+    ):
         super().__init__(**kwargs)
-        input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
-                                             input_dims_required=False)
+        input_dims = checks.multi_head_sizes(
+            num_heads, d_model, input_dims, input_dims_required=False
+        )
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias, self.input_dims = use_bias, None
@@ -103,13 +105,18 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, queries_shape, keys_shape, values_shape):
         """Create the parameters for inputs of these shapes (mha_param_shapes)."""
-        self.input_dims = tuple(int(s[-1]) for s in
-                                (queries_shape, keys_shape, values_shape))
-        shapes = mha_param_shapes(self.input_dims, self.d_model, self.d_out,
-                                  self.use_bias)
+        self.input_dims = tuple(
+            int(s[-1]) for s in (queries_shape, keys_shape, values_shape)
+        )
+        shapes = mha_param_shapes(
+            self.input_dims, self.d_model, self.d_out, self.use_bias
+        )
         self._variables_by_name = {
-            name: self.add_weight(name=name, shape=shape, initializer=(
-                "zeros" if name.startswith("b") else "glorot_uniform"))
+            name: self.add_weight(
+                name=name,
+                shape=shape,
+                initializer=("zeros" if name.startswith("b") else "glorot_uniform"),
+            )
             for name, shape in shapes.items()
         }
 
@@ -123,15 +130,16 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         return dict(self._variables_by_name)
 
-    def call(self, queries, keys, values, attention_mask=None,
-             return_weights=False):
+    def call(self, queries, keys, values, attention_mask=None, return_weights=False):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
         outputs, weights = multi_head_attention(
-            queries, keys, values, self.params, self.num_heads, attention_mask)
+            queries, keys, values, self.params, self.num_heads, attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
-    def compute_output_spec(self, queries, keys, values, attention_mask=None,
-                            return_weights=False):
+    def compute_output_spec(
+        self, queries, keys, values, attention_mask=None, return_weights=False
+    ):
         batch, n_q = queries.shape[:2]
         out = keras.KerasTensor((batch, n_q, self.d_out), dtype=self.compute_dtype)
         if not return_weights:
@@ -140,6 +148,11 @@ class MultiHeadAttention(keras.layers.Layer):
         return out, keras.KerasTensor(w_shape, dtype=self.compute_dtype)
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads,
-                "d_model": self.d_model, "d_out": self.d_out,
-                "use_bias": self.use_bias, "input_dims": self.input_dims}
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "d_model": self.d_model,
+            "d_out": self.d_out,
+            "use_bias": self.use_bias,
+            "input_dims": self.input_dims,
+        }

@@ -40,7 +40,7 @@ def soft_attention(scores, values, mask=None):
     """
     scores, values = _tensors(scores, values)
     checks.soft_attention_inputs(scores, values)
-    weights = masked_softmax(scores, mask)     # (batch, num_queries, num_keys)
+    weights = masked_softmax(scores, mask)  # (batch, num_queries, num_keys)
     return tf.matmul(weights, values), weights  # (batch, num_queries, d_v)
 
 
@@ -52,8 +52,9 @@ def _with_lengths(mask, valid_lens, num_keys):
     return lens_mask if mask is None else tf.logical_and(mask, lens_mask)
 
 
-def scaled_dot_product_attention(queries, keys, values, mask=None,
-                                 valid_lens=None, scale=None):
+def scaled_dot_product_attention(
+    queries, keys, values, mask=None, valid_lens=None, scale=None
+):
     """softmax(q k^T * scale) v, with masking.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
@@ -61,10 +62,12 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     masks keys at index >= length; both given -> combined with AND. scale
     defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v), weights (b, nq, nk)).
     """
-    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
-                                                       valid_lens)
-    checks.attention_inputs(queries, keys, values, mask, valid_lens,
-                            same_feature_size=True)
+    queries, keys, values, mask, valid_lens = _tensors(
+        queries, keys, values, mask, valid_lens
+    )
+    checks.attention_inputs(
+        queries, keys, values, mask, valid_lens, same_feature_size=True
+    )
     if scale is None:
         scores = scaled_dot_score(queries, keys)  # (b, nq, nk)
     else:
@@ -73,8 +76,7 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     return soft_attention(scores, values, mask)
 
 
-def key_value_attention(queries, keys, values, score_fn, mask=None,
-                        valid_lens=None):
+def key_value_attention(queries, keys, values, score_fn, mask=None, valid_lens=None):
     """Attention with any score function: softmax(score_fn(q, k)) v.
 
     queries (b, nq, d_q), keys (b, nk, d_k), values (b, nk, d_v);
@@ -85,12 +87,14 @@ def key_value_attention(queries, keys, values, score_fn, mask=None,
     "Normal mode" is keys = values = X: the same vectors are compared with
     the query and averaged (as in keras.layers.Attention without a key).
     """
-    queries, keys, values, mask, valid_lens = _tensors(queries, keys, values, mask,
-                                                       valid_lens)
+    queries, keys, values, mask, valid_lens = _tensors(
+        queries, keys, values, mask, valid_lens
+    )
     checks.attention_inputs(queries, keys, values, mask, valid_lens)
     scores = tf.convert_to_tensor(score_fn(queries, keys))  # (b, nq, nk)
-    checks.check_scores_shape(checks.shape_of(scores),
-                              (values.shape[0], queries.shape[1], values.shape[1]))
+    checks.check_scores_shape(
+        checks.shape_of(scores), (values.shape[0], queries.shape[1], values.shape[1])
+    )
     mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
@@ -110,8 +114,9 @@ def hard_attention(weights, values, mode="argmax", generator=None):
     all-zero weights (fully masked) give output 0, index 0 and log_prob 0.
     """
     weights, values = _tensors(weights, values)
-    checks.hard_attention_inputs(weights, values, mode, generator,
-                                 tf.random.Generator, "tf.random.Generator")
+    checks.hard_attention_inputs(
+        weights, values, mode, generator, tf.random.Generator, "tf.random.Generator"
+    )
     positive = weights > 0
     logw = tf.math.log(tf.where(positive, weights, tf.ones_like(weights)))
     if mode == "argmax":
@@ -120,8 +125,9 @@ def hard_attention(weights, values, mode="argmax", generator=None):
         u = generator.uniform(weights.shape, dtype=weights.dtype)
         tiny = np.finfo(weights.dtype.as_numpy_dtype).tiny
         gumbel = -tf.math.log(-tf.math.log(tf.maximum(u, tiny)))
-        noisy = tf.where(positive, logw + gumbel, tf.constant(-float("inf"),
-                                                              weights.dtype))
+        noisy = tf.where(
+            positive, logw + gumbel, tf.constant(-float("inf"), weights.dtype)
+        )
         indices = tf.argmax(tf.stop_gradient(noisy), axis=-1, output_type=tf.int64)
     valid = tf.reduce_any(positive, axis=-1)
     chosen = tf.gather(values, indices, batch_dims=1)

@@ -46,5 +46,8 @@ class PositionalEncoding(keras.layers.Layer):
         return x + tf.cast(self.table[: x.shape[1]], x.dtype)
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model,
-                "max_len": self.max_len}
+        return {
+            **super().get_config(),
+            "d_model": self.d_model,
+            "max_len": self.max_len,
+        }

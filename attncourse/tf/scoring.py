@@ -23,8 +23,9 @@ __all__ = [
 
 def _tensors(*xs):
     """Tensors from the arguments (a Python number becomes a float)."""
-    return tuple(tf.convert_to_tensor(float(x) if isinstance(x, int | float) else x)
-                 for x in xs)
+    return tuple(
+        tf.convert_to_tensor(float(x) if isinstance(x, int | float) else x) for x in xs
+    )
 
 
 def _like(queries, *params):
@@ -67,9 +68,11 @@ def additive_score(queries, keys, W_q, W_k, w_v):
     queries, keys, W_q, W_k, w_v = _tensors(queries, keys, W_q, W_k, w_v)
     checks.additive_score_inputs(queries, keys, W_q, W_k, w_v)
     W_q, W_k, w_v = _like(queries, W_q, W_k, w_v)
-    features = tf.tanh(tf.matmul(queries, W_q)[:, :, None, :]    # (b, nq, 1, h)
-                       + tf.matmul(keys, W_k)[:, None, :, :])    # (b, 1, nk, h)
-    return tf.tensordot(features, w_v, axes=1)                 # (b, nq, nk)
+    features = tf.tanh(
+        tf.matmul(queries, W_q)[:, :, None, :]  # (b, nq, 1, h)
+        + tf.matmul(keys, W_k)[:, None, :, :]
+    )  # (b, 1, nk, h)
+    return tf.tensordot(features, w_v, axes=1)  # (b, nq, nk)
 
 
 def concat_score(queries, keys, w, b=None):
@@ -87,8 +90,8 @@ def concat_score(queries, keys, w, b=None):
     checks.concat_score_inputs(queries, keys, w, b)
     (w,) = _like(queries, w)
     d_q = queries.shape[-1]
-    q_part = tf.tensordot(queries, w[:d_q], axes=1)                # (b, nq)
-    k_part = tf.tensordot(keys, w[d_q:], axes=1)                   # (b, nk)
+    q_part = tf.tensordot(queries, w[:d_q], axes=1)  # (b, nq)
+    k_part = tf.tensordot(keys, w[d_q:], axes=1)  # (b, nk)
     scores = q_part[:, :, None] + k_part[:, None, :]
     return scores if b is None else scores + _like(queries, b)[0]
 

@@ -24,6 +24,7 @@ __all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+
     def gate(g):
         return tf.matmul(x, params[f"W_x{g}"]) + params[f"b_x{g}"]
 
@@ -49,8 +50,9 @@ def gru(inputs, state, params, valid_lens=None):
     batch, n, _ = checks.shape_of(inputs)
     hidden = checks.shape_of(params["W_hr"])[0]
     state = tf.zeros((batch, hidden), inputs.dtype) if state is None else state
-    checks.check_shape("state", checks.shape_of(state), (batch, hidden),
-                       "(batch, hidden)")
+    checks.check_shape(
+        "state", checks.shape_of(state), (batch, hidden), "(batch, hidden)"
+    )
     outputs = []
     for t in range(n):
         new = gru_step(inputs[:, t], state, params)
@@ -72,8 +74,9 @@ def _uniform(fan_in):
 
 def _dense(d_in, d_out):
     """A built Dense layer, x @ kernel + bias, kernel (d_in, d_out)."""
-    layer = keras.layers.Dense(d_out, kernel_initializer=_uniform(d_in),
-                               bias_initializer=_uniform(d_in))
+    layer = keras.layers.Dense(
+        d_out, kernel_initializer=_uniform(d_in), bias_initializer=_uniform(d_in)
+    )
     layer.build((None, d_in))
     return layer
 
@@ -92,8 +95,9 @@ class GRU(keras.layers.Layer):
         checks.check_positive("hidden_dim", hidden_dim)
         self.input_dim, self.hidden_dim = input_dim, hidden_dim
         self._params = {
-            name: self.add_weight(name=name, shape=shape,
-                                  initializer=_uniform(hidden_dim))
+            name: self.add_weight(
+                name=name, shape=shape, initializer=_uniform(hidden_dim)
+            )
             for name, shape in gru_param_shapes(input_dim, hidden_dim).items()
         }
         self.built = True
@@ -106,19 +110,25 @@ class GRU(keras.layers.Layer):
     def call(self, inputs, state=None, valid_lens=None):
         """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
         inputs = tf.convert_to_tensor(inputs)
-        checks.check_sequence("inputs", checks.shape_of(inputs), "input_dim",
-                              self.input_dim)
+        checks.check_sequence(
+            "inputs", checks.shape_of(inputs), "input_dim", self.input_dim
+        )
         return gru(inputs, state, self.params, valid_lens)
 
     def get_config(self):
-        return {**super().get_config(), "input_dim": self.input_dim,
-                "hidden_dim": self.hidden_dim}
+        return {
+            **super().get_config(),
+            "input_dim": self.input_dim,
+            "hidden_dim": self.hidden_dim,
+        }
 
 
 def _embedding(vocab_size, embed_dim):
     layer = keras.layers.Embedding(
-        vocab_size, embed_dim,
-        embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0))
+        vocab_size,
+        embed_dim,
+        embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
+    )
     layer.build((None,))
     return layer
 
@@ -128,8 +138,11 @@ class Encoder(keras.layers.Layer):
 
     def __init__(self, vocab_size, embed_dim, hidden_dim, **kwargs):
         super().__init__(**kwargs)
-        for name, d in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
-                        ("hidden_dim", hidden_dim)):
+        for name, d in (
+            ("vocab_size", vocab_size),
+            ("embed_dim", embed_dim),
+            ("hidden_dim", hidden_dim),
+        ):
             checks.check_positive(name, d)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim = hidden_dim
@@ -140,8 +153,10 @@ class Encoder(keras.layers.Layer):
     @property
     def params(self) -> dict:
         """name -> variable: embedding (vocab, embed), gru.* (canonical GRU)."""
-        return {"embedding": self.embedding.embeddings,
-                **{f"gru.{k}": v for k, v in self.gru.params.items()}}
+        return {
+            "embedding": self.embedding.embeddings,
+            **{f"gru.{k}": v for k, v in self.gru.params.items()},
+        }
 
     def call(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -151,13 +166,18 @@ class Encoder(keras.layers.Layer):
         checks.check_tokens("tokens", tokens, "(batch, src_len)", 2)
         if valid_lens is not None:
             valid_lens = tf.convert_to_tensor(valid_lens)
-            checks.check_valid_lens(checks.shape_of(valid_lens),
-                                    checks.shape_of(tokens)[0], 1)
+            checks.check_valid_lens(
+                checks.shape_of(valid_lens), checks.shape_of(tokens)[0], 1
+            )
         return self.gru(self.embedding(tokens), None, valid_lens)
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "embed_dim": self.embed_dim, "hidden_dim": self.hidden_dim}
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "embed_dim": self.embed_dim,
+            "hidden_dim": self.hidden_dim,
+        }
 
 
 class Decoder(keras.layers.Layer):
@@ -170,12 +190,14 @@ class Decoder(keras.layers.Layer):
     renormalised over the real tokens.
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim, attention,
-                 max_src_len=None, **kwargs):
+    def __init__(
+        self, vocab_size, embed_dim, hidden_dim, attention, max_src_len=None, **kwargs
+    ):
         super().__init__(**kwargs)
         checks.check_attention(attention, max_src_len)
-        shapes = decoder_param_shapes(vocab_size, embed_dim, hidden_dim,
-                                      attention, max_src_len)
+        shapes = decoder_param_shapes(
+            vocab_size, embed_dim, hidden_dim, attention, max_src_len
+        )
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim, self.attention = hidden_dim, attention
         self.max_src_len = max_src_len
@@ -187,19 +209,21 @@ class Decoder(keras.layers.Layer):
             self.attn = _dense(*shapes["attn.W"])
         else:
             self.attn = {
-                k[5:]: self.add_weight(name=k[5:], shape=s,
-                                       initializer=_uniform(s[0]))
-                for k, s in shapes.items() if k.startswith("attn.")
+                k[5:]: self.add_weight(name=k[5:], shape=s, initializer=_uniform(s[0]))
+                for k, s in shapes.items()
+                if k.startswith("attn.")
             }
         self.built = True
 
     @property
     def params(self) -> dict:
         """name -> variable, the names and shapes of decoder_param_shapes."""
-        params = {"embedding": self.embedding.embeddings,
-                  **{f"gru.{k}": v for k, v in self.gru.params.items()},
-                  **_dense_params("combine", self.combine),
-                  **_dense_params("out", self.out)}
+        params = {
+            "embedding": self.embedding.embeddings,
+            **{f"gru.{k}": v for k, v in self.gru.params.items()},
+            **_dense_params("combine", self.combine),
+            **_dense_params("out", self.out),
+        }
         if self.attention == "location":
             params.update(_dense_params("attn", self.attn))
         else:
@@ -211,16 +235,22 @@ class Decoder(keras.layers.Layer):
         (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
         Returns (logits (batch, V), new state (batch, H), weights (batch,
         src_len))."""
-        tokens, state, enc_outputs = (tf.convert_to_tensor(t) for t in
-                                      (tokens, state, enc_outputs))
+        tokens, state, enc_outputs = (
+            tf.convert_to_tensor(t) for t in (tokens, state, enc_outputs)
+        )
         src_mask = None if src_mask is None else tf.convert_to_tensor(src_mask)
-        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
-                                   hidden_dim=self.hidden_dim,
-                                   attention=self.attention,
-                                   max_src_len=self.max_src_len)
-        emb = self.embedding(tokens)                                   # (batch, E)
+        checks.decoder_step_inputs(
+            tokens,
+            state,
+            enc_outputs,
+            src_mask,
+            hidden_dim=self.hidden_dim,
+            attention=self.attention,
+            max_src_len=self.max_src_len,
+        )
+        emb = self.embedding(tokens)  # (batch, E)
         if self.attention.startswith("luong"):  # update, then attend with s_t
-            state = gru_step(emb, state, self.gru.params)              # (batch, H)
+            state = gru_step(emb, state, self.gru.params)  # (batch, H)
             context, weights = self.attend(state, emb, enc_outputs, src_mask)
             hidden = tf.tanh(self.combine(tf.concat([context, state], -1)))
         else:  # attend with s_{t-1}, then update
@@ -228,7 +258,7 @@ class Decoder(keras.layers.Layer):
             x = self.combine(tf.concat([emb, context], -1))
             if self.attention == "location":
                 x = tf.nn.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)       # (batch, H)
+            state = hidden = gru_step(x, state, self.gru.params)  # (batch, H)
         return self.out(hidden), state, weights
 
     def call(self, targets_in, state, enc_outputs, src_mask=None):
@@ -239,8 +269,7 @@ class Decoder(keras.layers.Layer):
         checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
         logits, weights = [], []
         for t in range(targets_in.shape[1]):
-            out, state, w = self.step(targets_in[:, t], state, enc_outputs,
-                                      src_mask)
+            out, state, w = self.step(targets_in[:, t], state, enc_outputs, src_mask)
             logits.append(out)
             weights.append(w)
         return tf.stack(logits, 1), tf.stack(weights, 1)
@@ -272,13 +301,19 @@ class Decoder(keras.layers.Layer):
         return logits[:, None, : enc.shape[1]]
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size,
-                "embed_dim": self.embed_dim, "hidden_dim": self.hidden_dim,
-                "attention": self.attention, "max_src_len": self.max_src_len}
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "embed_dim": self.embed_dim,
+            "hidden_dim": self.hidden_dim,
+            "attention": self.attention,
+            "max_src_len": self.max_src_len,
+        }
 
 
-def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
-                  max_len):
+def greedy_decode(
+    encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id, max_len
+):
     """Translate by always taking the most likely next token.
 
     src_tokens (batch, src_len) int, src_valid_lens (batch,) or None.
@@ -290,19 +325,18 @@ def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
     checks.check_positive("max_len", max_len)
     enc_outputs, state = encoder(src_tokens, src_valid_lens)
     batch, src_len = checks.shape_of(enc_outputs)[:2]
-    src_mask = (None if src_valid_lens is None
-                else sequence_mask(src_valid_lens, src_len)[:, 0])
+    src_mask = (
+        None if src_valid_lens is None else sequence_mask(src_valid_lens, src_len)[:, 0]
+    )
     tokens = tf.fill((batch,), tf.constant(bos_id, tf.int64))
     done = tf.zeros((batch,), tf.bool)
     out_tokens, out_weights = [], []
     for _ in range(max_len):
         logits, state, weights = decoder.step(tokens, state, enc_outputs, src_mask)
-        tokens = tf.where(done, tf.constant(eos_id, tf.int64),
-                          tf.argmax(logits, -1))
+        tokens = tf.where(done, tf.constant(eos_id, tf.int64), tf.argmax(logits, -1))
         out_tokens.append(tokens)
         out_weights.append(tf.where(done[:, None], tf.zeros_like(weights), weights))
         done = done | (tokens == eos_id)
         if bool(tf.reduce_all(done)):
             break
     return tf.stack(out_tokens, 1), tf.stack(out_weights, 1)
-

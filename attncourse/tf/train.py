@@ -37,10 +37,14 @@ def build_seq2seq(task, attention, embed_dim, hidden_dim):
     """An (Encoder, Decoder) pair sized for ``task``; location attention gets
     the task's longest source as its fixed max_src_len."""
     encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim)
-    decoder = Decoder(len(task.tgt_vocab), embed_dim, hidden_dim, attention,
-                      max_src_len=training.decoder_max_src_len(task, attention))
+    decoder = Decoder(
+        len(task.tgt_vocab),
+        embed_dim,
+        hidden_dim,
+        attention,
+        max_src_len=training.decoder_max_src_len(task, attention),
+    )
     return encoder, decoder
-
 
 
 def _src_mask(src_lens, src_len):
@@ -49,17 +53,26 @@ def _src_mask(src_lens, src_len):
 
 def _loss(encoder, decoder, src, src_lens, tgt_in, tgt_out):
     """Mean cross-entropy over the real (non-padding) target tokens."""
-    enc_outputs, state = encoder(src, src_lens)        # (B, S, H), (B, H)
-    logits, _ = decoder(tgt_in, state, enc_outputs,
-                        _src_mask(src_lens, src.shape[1]))  # (B, T, V)
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        tgt_out, logits)                                # (B, T)
-    real = tf.cast(tgt_out != 0, losses.dtype)          # 0 = <pad>
+    enc_outputs, state = encoder(src, src_lens)  # (B, S, H), (B, H)
+    logits, _ = decoder(
+        tgt_in, state, enc_outputs, _src_mask(src_lens, src.shape[1])
+    )  # (B, T, V)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(tgt_out, logits)  # (B, T)
+    real = tf.cast(tgt_out != 0, losses.dtype)  # 0 = <pad>
     return tf.reduce_sum(losses * real) / tf.reduce_sum(real)
 
 
-def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
-                  clip_norm=1.0, seed=0, desc=None):
+def train_seq2seq(
+    encoder,
+    decoder,
+    task,
+    steps,
+    batch_size,
+    learning_rate,
+    clip_norm=1.0,
+    seed=0,
+    desc=None,
+):
     """Adam on random minibatches of task.train; returns the losses (steps,).
 
     Each step draws batch_size training pairs without replacement (seeded by
@@ -80,8 +93,11 @@ def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
         return loss
 
     losses = []
-    bar = progress(training.minibatches(task.train, steps, batch_size, seed),
-                   total=steps, desc=desc or f"{decoder.attention} (tf)")
+    bar = progress(
+        training.minibatches(task.train, steps, batch_size, seed),
+        total=steps,
+        desc=desc or f"{decoder.attention} (tf)",
+    )
     for batch in bar:
         loss = train_step(*(tf.constant(a) for a in batch))
         losses.append(float(loss))
@@ -98,8 +114,9 @@ def teacher_forced_predict(encoder, decoder, task, split="test"):
     data = task.split(split)
     src, lens = tf.constant(data.src), tf.constant(data.src_lens)
     enc_outputs, state = encoder(src, lens)
-    logits, weights = decoder(tf.constant(data.tgt_in), state, enc_outputs,
-                              _src_mask(lens, src.shape[1]))
+    logits, weights = decoder(
+        tf.constant(data.tgt_in), state, enc_outputs, _src_mask(lens, src.shape[1])
+    )
     return tf.argmax(logits, -1).numpy(), weights.numpy()
 
 
@@ -112,8 +129,14 @@ def greedy_translate(encoder, decoder, task, split="test", max_len=None):
     data = task.split(split)
     v = task.tgt_vocab
     tokens, weights = greedy_decode(
-        encoder, decoder, tf.constant(data.src), tf.constant(data.src_lens),
-        v.bos_id, v.eos_id, max_len or task.max_tgt_len)
+        encoder,
+        decoder,
+        tf.constant(data.src),
+        tf.constant(data.src_lens),
+        v.bos_id,
+        v.eos_id,
+        max_len or task.max_tgt_len,
+    )
     return tokens.numpy(), weights.numpy()
 
 
@@ -128,5 +151,4 @@ def train_and_evaluate(task, attention, config, desc=None):
     """Seed, build, train with ``config`` (an attncourse.data.TrainConfig) and
     measure test exact-match accuracy. Returns an attncourse.data.TrainedModel
     (encoder, decoder, losses, accuracy, seconds)."""
-    return training.run_experiment(sys.modules[__name__], task, attention, config,
-                                   desc)
+    return training.run_experiment(sys.modules[__name__], task, attention, config, desc)

@@ -44,8 +44,10 @@ __all__ = [
 
 def get_params(layer) -> dict:
     """A copy of a course layer's parameters: {name: float64 array}, (in, out)."""
-    return {name: np.array(v.numpy(), dtype=np.float64)
-            for name, v in checks.course_params(layer).items()}
+    return {
+        name: np.array(v.numpy(), dtype=np.float64)
+        for name, v in checks.course_params(layer).items()
+    }
 
 
 def set_params(layer, params: dict) -> None:
@@ -72,9 +74,12 @@ def to_keras_mha(params: dict, num_heads: int):
     d_q, _, d_head = weights["query/kernel"].shape
     d_k, d_v = weights["key/kernel"].shape[0], weights["value/kernel"].shape[0]
     layer = keras.layers.MultiHeadAttention(
-        num_heads, key_dim=d_head, value_dim=d_head,
+        num_heads,
+        key_dim=d_head,
+        value_dim=d_head,
         use_bias="query/bias" in weights,
-        output_shape=weights["attention_output/kernel"].shape[-1])
+        output_shape=weights["attention_output/kernel"].shape[-1],
+    )
     layer.build((None, None, d_q), (None, None, d_v), (None, None, d_k))
     for var in layer.weights:
         var.assign(weights["/".join(var.path.split("/")[-2:])].astype(var.dtype))
@@ -85,8 +90,9 @@ def to_keras_gru(params: dict):
     """A built keras.layers.GRU(reset_after=True, return_sequences=True,
     return_state=True) holding canonical GRU params."""
     kernel, recurrent, bias = gru_params_to_keras(params)
-    layer = keras.layers.GRU(recurrent.shape[0], reset_after=True,
-                             return_sequences=True, return_state=True)
+    layer = keras.layers.GRU(
+        recurrent.shape[0], reset_after=True, return_sequences=True, return_state=True
+    )
     layer.build((None, None, kernel.shape[0]))
     layer.set_weights([kernel, recurrent, bias])
     return layer

@@ -92,8 +92,9 @@ class SelfAttention(AttentionLayer):
         inputs = torch.as_tensor(inputs)
         checks.sequence_input("inputs", inputs, "input_dim", self.input_dim)
         queries, keys, values = self.project(inputs, inputs, inputs)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
 
@@ -141,26 +142,29 @@ class CrossAttention(AttentionLayer):
     def __init__(self, d_k, d_v, input_dim=None, context_dim=None, seed=None):
         super().__init__()
         context_dim = input_dim if context_dim is None else context_dim
-        checks.attention_layer_sizes(d_k, d_v, input_dim, context_dim,
-                                     input_dim_required=True)
+        checks.attention_layer_sizes(
+            d_k, d_v, input_dim, context_dim, input_dim_required=True
+        )
         self.d_k, self.d_v = d_k, d_v
         self.input_dim, self.context_dim = input_dim, context_dim
         self.create_params(self.param_shapes(), seed)
 
     def param_shapes(self):
         """W_q: (input_dim, d_k); W_k: (context_dim, d_k); W_v: (context_dim, d_v)."""
-        return {"W_q": (self.input_dim, self.d_k),
-                "W_k": (self.context_dim, self.d_k),
-                "W_v": (self.context_dim, self.d_v)}
+        return {
+            "W_q": (self.input_dim, self.d_k),
+            "W_k": (self.context_dim, self.d_k),
+            "W_v": (self.context_dim, self.d_v),
+        }
 
     def forward(self, inputs, context, attention_mask=None, return_weights=False):
         """inputs (b, len_a, input_dim), context (b, len_b, context_dim)."""
         inputs, context = torch.as_tensor(inputs), torch.as_tensor(context)
-        checks.cross_attention_inputs(inputs, context, self.input_dim,
-                                      self.context_dim)
+        checks.cross_attention_inputs(inputs, context, self.input_dim, self.context_dim)
         queries, keys, values = self.project(inputs, context, context)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs
 
 
@@ -179,16 +183,19 @@ class StatisticalAttention(CrossAttention):
 
     def param_shapes(self):
         """W_q: (context_dim, d_k); W_k: (input_dim, d_k); W_v: (in + ctx, d_v)."""
-        return {"W_q": (self.context_dim, self.d_k),
-                "W_k": (self.input_dim, self.d_k),
-                "W_v": (self.input_dim + self.context_dim, self.d_v)}
+        return {
+            "W_q": (self.context_dim, self.d_k),
+            "W_k": (self.input_dim, self.d_k),
+            "W_v": (self.input_dim + self.context_dim, self.d_v),
+        }
 
     def forward(self, a, b, attention_mask=None, return_weights=False):
         """a (batch, seq, input_dim), b (batch, seq, context_dim)."""
         a, b = torch.as_tensor(a), torch.as_tensor(b)
         checks.statistical_attention_inputs(a, b, self.input_dim, self.context_dim)
-        joint = torch.cat([a, b], dim=-1)                     # (batch, seq, in + ctx)
+        joint = torch.cat([a, b], dim=-1)  # (batch, seq, in + ctx)
         queries, keys, values = self.project(b, a, joint)
-        outputs, weights = scaled_dot_product_attention(queries, keys, values,
-                                                        mask=attention_mask)
+        outputs, weights = scaled_dot_product_attention(
+            queries, keys, values, mask=attention_mask
+        )
         return (outputs, weights) if return_weights else outputs

@@ -64,12 +64,12 @@ def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
     checks.multi_head_inputs(queries, keys, values, params, num_heads)
     p = {name: torch.as_tensor(v).to(queries) for name, v in params.items()}
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
-    k = split_heads(_project(keys, p, "k"), num_heads)     # (batch, heads, n_k, d_head)
-    v = split_heads(_project(values, p, "v"), num_heads)   # (batch, heads, n_k, d_head)
+    k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
+    v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     weights = masked_softmax(scores, _head_mask(mask, scores.device))
-    heads = weights @ v                                    # (batch, heads, n_q, d_head)
-    outputs = _project(merge_heads(heads), p, "o")         # (batch, n_q, d_out)
+    heads = weights @ v  # (batch, heads, n_q, d_head)
+    outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
 
 
@@ -87,27 +87,27 @@ class MultiHeadAttention(nn.Module):
     (glorot-uniform matrices, zero biases; see mha_param_shapes).
     """
 
-    def __init__(self, num_heads, d_model, d_out=None, use_bias=True,
-                 input_dims=None):
+    def __init__(self, num_heads, d_model, d_out=None, use_bias=True, input_dims=None):
         super().__init__()
-        self.input_dims = checks.multi_head_sizes(num_heads, d_model, input_dims,
-                                                  input_dims_required=True)
+        self.input_dims = checks.multi_head_sizes(
+            num_heads, d_model, input_dims, input_dims_required=True
+        )
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias = use_bias
         shapes = mha_param_shapes(self.input_dims, d_model, self.d_out, use_bias)
         self.params = nn.ParameterDict(
-            {name: nn.Parameter(torch.empty(shape)) for name, shape in shapes.items()})
+            {name: nn.Parameter(torch.empty(shape)) for name, shape in shapes.items()}
+        )
         for name, p in self.params.items():
             if name.startswith("b"):
                 nn.init.zeros_(p)
             else:
                 nn.init.xavier_uniform_(p)
 
-    def forward(self, queries, keys, values, attention_mask=None,
-                return_weights=False):
+    def forward(self, queries, keys, values, attention_mask=None, return_weights=False):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
         outputs, weights = multi_head_attention(
-            queries, keys, values, dict(self.params), self.num_heads,
-            attention_mask)
+            queries, keys, values, dict(self.params), self.num_heads, attention_mask
+        )
         return (outputs, weights) if return_weights else outputs

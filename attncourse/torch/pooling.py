@@ -22,8 +22,7 @@ __all__ = [
 
 def _tensors(*xs, device=None):
     """Tensors from the arguments (None stays None), on ``device`` if given."""
-    return tuple(None if x is None else torch.as_tensor(x, device=device)
-                 for x in xs)
+    return tuple(None if x is None else torch.as_tensor(x, device=device) for x in xs)
 
 
 def soft_attention(scores, values, mask=None):
@@ -41,7 +40,7 @@ def soft_attention(scores, values, mask=None):
     scores, values = _tensors(scores, values)
     checks.soft_attention_inputs(scores, values)
     weights = masked_softmax(scores, mask)  # (batch, num_queries, num_keys)
-    return weights @ values, weights        # (batch, num_queries, d_v)
+    return weights @ values, weights  # (batch, num_queries, d_v)
 
 
 def _with_lengths(mask, valid_lens, num_keys):
@@ -52,8 +51,9 @@ def _with_lengths(mask, valid_lens, num_keys):
     return lens_mask if mask is None else mask & lens_mask
 
 
-def scaled_dot_product_attention(queries, keys, values, mask=None,
-                                 valid_lens=None, scale=None):
+def scaled_dot_product_attention(
+    queries, keys, values, mask=None, valid_lens=None, scale=None
+):
     """softmax(q k^T * scale) v, with masking.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
@@ -66,8 +66,9 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     """
     queries, keys, values = _tensors(queries, keys, values)
     mask, valid_lens = _tensors(mask, valid_lens, device=queries.device)
-    checks.attention_inputs(queries, keys, values, mask, valid_lens,
-                            same_feature_size=True)
+    checks.attention_inputs(
+        queries, keys, values, mask, valid_lens, same_feature_size=True
+    )
     if scale is None:
         scores = scaled_dot_score(queries, keys)  # (b, nq, nk)
     else:
@@ -76,8 +77,7 @@ def scaled_dot_product_attention(queries, keys, values, mask=None,
     return soft_attention(scores, values, mask)
 
 
-def key_value_attention(queries, keys, values, score_fn, mask=None,
-                        valid_lens=None):
+def key_value_attention(queries, keys, values, score_fn, mask=None, valid_lens=None):
     """Attention with any score function: softmax(score_fn(q, k)) v.
 
     queries (b, nq, d_q), keys (b, nk, d_k), values (b, nk, d_v);
@@ -92,8 +92,9 @@ def key_value_attention(queries, keys, values, score_fn, mask=None,
     mask, valid_lens = _tensors(mask, valid_lens, device=queries.device)
     checks.attention_inputs(queries, keys, values, mask, valid_lens)
     scores = torch.as_tensor(score_fn(queries, keys))  # (b, nq, nk)
-    checks.check_scores_shape(checks.shape_of(scores),
-                              (values.shape[0], queries.shape[1], values.shape[1]))
+    checks.check_scores_shape(
+        checks.shape_of(scores), (values.shape[0], queries.shape[1], values.shape[1])
+    )
     mask = _with_lengths(mask, valid_lens, keys.shape[1])
     return soft_attention(scores, values, mask)
 
@@ -113,19 +114,23 @@ def hard_attention(weights, values, mode="argmax", generator=None):
     all-zero weights (fully masked) give output 0, index 0 and log_prob 0.
     """
     weights, values = _tensors(weights, values)
-    checks.hard_attention_inputs(weights, values, mode, generator,
-                                 torch.Generator, "torch.Generator")
+    checks.hard_attention_inputs(
+        weights, values, mode, generator, torch.Generator, "torch.Generator"
+    )
     positive = weights > 0
     logw = torch.log(torch.where(positive, weights, torch.ones_like(weights)))
     with torch.no_grad():
         if mode == "argmax":
             indices = torch.argmax(weights, dim=-1)
         else:
-            u = torch.rand(weights.shape, generator=generator, dtype=weights.dtype,
-                           device=generator.device)
+            u = torch.rand(
+                weights.shape,
+                generator=generator,
+                dtype=weights.dtype,
+                device=generator.device,
+            )
             u = u.to(weights.device).clamp(min=torch.finfo(weights.dtype).tiny)
-            noisy = torch.where(positive, logw + -torch.log(-torch.log(u)),
-                                -torch.inf)
+            noisy = torch.where(positive, logw + -torch.log(-torch.log(u)), -torch.inf)
             indices = torch.argmax(noisy, dim=-1)
     valid = positive.any(dim=-1)
     batch = torch.arange(values.shape[0], device=values.device)[:, None]

@@ -40,8 +40,9 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         checks.check_positive("max_len", max_len)
         self.d_model, self.max_len = d_model, max_len
-        self.register_buffer("table", sinusoidal_positional_encoding(max_len, d_model),
-                             persistent=False)
+        self.register_buffer(
+            "table", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )
 
     def forward(self, x):
         """x (batch, n, d_model) -> x + PE[:n], same shape."""

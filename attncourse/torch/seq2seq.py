@@ -24,6 +24,7 @@ __all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+
     def gate(g):
         return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
 
@@ -50,8 +51,9 @@ def gru(inputs, state, params, valid_lens=None):
     hidden = params["W_hr"].shape[0]
     if state is None:
         state = inputs.new_zeros(batch, hidden)
-    checks.check_shape("state", checks.shape_of(state), (batch, hidden),
-                       "(batch, hidden)")
+    checks.check_shape(
+        "state", checks.shape_of(state), (batch, hidden), "(batch, hidden)"
+    )
     if valid_lens is not None:
         valid_lens = torch.as_tensor(valid_lens, device=inputs.device)
     outputs = []
@@ -89,16 +91,19 @@ class GRU(nn.Module):
         checks.check_positive("hidden_dim", hidden_dim)
         self.input_dim, self.hidden_dim = input_dim, hidden_dim
         bound = 1.0 / math.sqrt(hidden_dim)
-        self.params = nn.ParameterDict({
-            k: _uniform_param(s, bound)
-            for k, s in gru_param_shapes(input_dim, hidden_dim).items()
-        })
+        self.params = nn.ParameterDict(
+            {
+                k: _uniform_param(s, bound)
+                for k, s in gru_param_shapes(input_dim, hidden_dim).items()
+            }
+        )
 
     def forward(self, inputs, state=None, valid_lens=None):
         """inputs (batch, n, input_dim) -> (outputs (batch, n, hidden), state)."""
         inputs = torch.as_tensor(inputs)
-        checks.check_sequence("inputs", checks.shape_of(inputs), "input_dim",
-                              self.input_dim)
+        checks.check_sequence(
+            "inputs", checks.shape_of(inputs), "input_dim", self.input_dim
+        )
         return gru(inputs, state, self.params, valid_lens)
 
 
@@ -111,8 +116,11 @@ class Encoder(nn.Module):
 
     def __init__(self, vocab_size, embed_dim, hidden_dim):
         super().__init__()
-        for name, d in (("vocab_size", vocab_size), ("embed_dim", embed_dim),
-                        ("hidden_dim", hidden_dim)):
+        for name, d in (
+            ("vocab_size", vocab_size),
+            ("embed_dim", embed_dim),
+            ("hidden_dim", hidden_dim),
+        ):
             checks.check_positive(name, d)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim = hidden_dim
@@ -122,8 +130,10 @@ class Encoder(nn.Module):
     @property
     def params(self) -> dict:
         """name -> tensor: embedding (vocab, embed), gru.* (canonical GRU)."""
-        return {"embedding": self.embedding.weight,
-                **{f"gru.{k}": v for k, v in self.gru.params.items()}}
+        return {
+            "embedding": self.embedding.weight,
+            **{f"gru.{k}": v for k, v in self.gru.params.items()},
+        }
 
     def forward(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -147,12 +157,12 @@ class Decoder(nn.Module):
     renormalised over the real tokens.
     """
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim, attention,
-                 max_src_len=None):
+    def __init__(self, vocab_size, embed_dim, hidden_dim, attention, max_src_len=None):
         super().__init__()
         checks.check_attention(attention, max_src_len)
-        shapes = decoder_param_shapes(vocab_size, embed_dim, hidden_dim,
-                                      attention, max_src_len)
+        shapes = decoder_param_shapes(
+            vocab_size, embed_dim, hidden_dim, attention, max_src_len
+        )
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
         self.hidden_dim, self.attention = hidden_dim, attention
         self.max_src_len = max_src_len
@@ -163,18 +173,23 @@ class Decoder(nn.Module):
         if attention == "location":
             self.attn = nn.Linear(*shapes["attn.W"])
         else:
-            self.attn = nn.ParameterDict({
-                k[5:]: _uniform_param(s, 1.0 / math.sqrt(s[0]))
-                for k, s in shapes.items() if k.startswith("attn.")
-            })
+            self.attn = nn.ParameterDict(
+                {
+                    k[5:]: _uniform_param(s, 1.0 / math.sqrt(s[0]))
+                    for k, s in shapes.items()
+                    if k.startswith("attn.")
+                }
+            )
 
     @property
     def params(self) -> dict:
         """name -> tensor in (in, out) layout, as in decoder_param_shapes."""
-        params = {"embedding": self.embedding.weight,
-                  **{f"gru.{k}": v for k, v in self.gru.params.items()},
-                  **_linear_params("combine", self.combine),
-                  **_linear_params("out", self.out)}
+        params = {
+            "embedding": self.embedding.weight,
+            **{f"gru.{k}": v for k, v in self.gru.params.items()},
+            **_linear_params("combine", self.combine),
+            **_linear_params("out", self.out),
+        }
         if self.attention == "location":
             params.update(_linear_params("attn", self.attn))
         else:
@@ -186,17 +201,23 @@ class Decoder(nn.Module):
         (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
         Returns (logits (batch, V), new state (batch, H), weights (batch,
         src_len))."""
-        tokens, state, enc_outputs = (torch.as_tensor(t) for t in
-                                      (tokens, state, enc_outputs))
+        tokens, state, enc_outputs = (
+            torch.as_tensor(t) for t in (tokens, state, enc_outputs)
+        )
         if src_mask is not None:
             src_mask = torch.as_tensor(src_mask, device=enc_outputs.device)
-        checks.decoder_step_inputs(tokens, state, enc_outputs, src_mask,
-                                   hidden_dim=self.hidden_dim,
-                                   attention=self.attention,
-                                   max_src_len=self.max_src_len)
-        emb = self.embedding(tokens)                                   # (batch, E)
+        checks.decoder_step_inputs(
+            tokens,
+            state,
+            enc_outputs,
+            src_mask,
+            hidden_dim=self.hidden_dim,
+            attention=self.attention,
+            max_src_len=self.max_src_len,
+        )
+        emb = self.embedding(tokens)  # (batch, E)
         if self.attention.startswith("luong"):  # update, then attend with s_t
-            state = gru_step(emb, state, self.gru.params)              # (batch, H)
+            state = gru_step(emb, state, self.gru.params)  # (batch, H)
             context, weights = self.attend(state, emb, enc_outputs, src_mask)
             hidden = torch.tanh(self.combine(torch.cat([context, state], -1)))
         else:  # attend with s_{t-1}, then update
@@ -204,7 +225,7 @@ class Decoder(nn.Module):
             x = self.combine(torch.cat([emb, context], -1))
             if self.attention == "location":
                 x = torch.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)       # (batch, H)
+            state = hidden = gru_step(x, state, self.gru.params)  # (batch, H)
         return self.out(hidden), state, weights
 
     def forward(self, targets_in, state, enc_outputs, src_mask=None):
@@ -215,8 +236,7 @@ class Decoder(nn.Module):
         checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
         logits, weights = [], []
         for t in range(targets_in.shape[1]):
-            out, state, w = self.step(targets_in[:, t], state, enc_outputs,
-                                      src_mask)
+            out, state, w = self.step(targets_in[:, t], state, enc_outputs, src_mask)
             logits.append(out)
             weights.append(w)
         return torch.stack(logits, 1), torch.stack(weights, 1)
@@ -249,8 +269,9 @@ class Decoder(nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
-                  max_len):
+def greedy_decode(
+    encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id, max_len
+):
     """Translate by always taking the most likely next token (no autograd).
 
     src_tokens (batch, src_len) int, src_valid_lens (batch,) or None.
@@ -263,9 +284,13 @@ def greedy_decode(encoder, decoder, src_tokens, src_valid_lens, bos_id, eos_id,
     enc_outputs, state = encoder(src_tokens, src_valid_lens)
     batch, src_len = enc_outputs.shape[:2]
     device = enc_outputs.device
-    src_mask = (None if src_valid_lens is None else
-                sequence_mask(torch.as_tensor(src_valid_lens, device=device),
-                              src_len)[:, 0])
+    src_mask = (
+        None
+        if src_valid_lens is None
+        else sequence_mask(torch.as_tensor(src_valid_lens, device=device), src_len)[
+            :, 0
+        ]
+    )
     tokens = torch.full((batch,), bos_id, dtype=torch.int64, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     out_tokens, out_weights = [], []

@@ -32,10 +32,14 @@ def build_seq2seq(task, attention, embed_dim, hidden_dim):
     """An (Encoder, Decoder) pair sized for ``task``; location attention gets
     the task's longest source as its fixed max_src_len."""
     encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim)
-    decoder = Decoder(len(task.tgt_vocab), embed_dim, hidden_dim, attention,
-                      max_src_len=training.decoder_max_src_len(task, attention))
+    decoder = Decoder(
+        len(task.tgt_vocab),
+        embed_dim,
+        hidden_dim,
+        attention,
+        max_src_len=training.decoder_max_src_len(task, attention),
+    )
     return encoder, decoder
-
 
 
 def _src_mask(src_lens, src_len):
@@ -44,17 +48,28 @@ def _src_mask(src_lens, src_len):
 
 def _loss(encoder, decoder, src, src_lens, tgt_in, tgt_out):
     """Mean cross-entropy over the real (non-padding) target tokens."""
-    enc_outputs, state = encoder(src, src_lens)        # (B, S, H), (B, H)
-    logits, _ = decoder(tgt_in, state, enc_outputs,
-                        _src_mask(src_lens, src.shape[1]))  # (B, T, V)
+    enc_outputs, state = encoder(src, src_lens)  # (B, S, H), (B, H)
+    logits, _ = decoder(
+        tgt_in, state, enc_outputs, _src_mask(src_lens, src.shape[1])
+    )  # (B, T, V)
     losses = torch.nn.functional.cross_entropy(
-        logits.transpose(1, 2), tgt_out, reduction="none")  # (B, T)
-    real = (tgt_out != 0).to(losses.dtype)             # 0 = <pad>
+        logits.transpose(1, 2), tgt_out, reduction="none"
+    )  # (B, T)
+    real = (tgt_out != 0).to(losses.dtype)  # 0 = <pad>
     return (losses * real).sum() / real.sum()
 
 
-def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
-                  clip_norm=1.0, seed=0, desc=None):
+def train_seq2seq(
+    encoder,
+    decoder,
+    task,
+    steps,
+    batch_size,
+    learning_rate,
+    clip_norm=1.0,
+    seed=0,
+    desc=None,
+):
     """Adam on random minibatches of task.train; returns the losses (steps,).
 
     Each step draws batch_size training pairs without replacement (seeded by
@@ -67,8 +82,11 @@ def train_seq2seq(encoder, decoder, task, steps, batch_size, learning_rate,
     losses = []
     encoder.train()
     decoder.train()
-    bar = progress(training.minibatches(task.train, steps, batch_size, seed),
-                   total=steps, desc=desc or f"{decoder.attention} (torch)")
+    bar = progress(
+        training.minibatches(task.train, steps, batch_size, seed),
+        total=steps,
+        desc=desc or f"{decoder.attention} (torch)",
+    )
     for batch in bar:
         loss = _loss(encoder, decoder, *(torch.as_tensor(a) for a in batch))
         optimizer.zero_grad()
@@ -92,8 +110,9 @@ def teacher_forced_predict(encoder, decoder, task, split="test"):
     data = task.split(split)
     src, lens = torch.as_tensor(data.src), torch.as_tensor(data.src_lens)
     enc_outputs, state = encoder(src, lens)
-    logits, weights = decoder(torch.as_tensor(data.tgt_in), state, enc_outputs,
-                              _src_mask(lens, src.shape[1]))
+    logits, weights = decoder(
+        torch.as_tensor(data.tgt_in), state, enc_outputs, _src_mask(lens, src.shape[1])
+    )
     return logits.argmax(-1).numpy(), weights.numpy()
 
 
@@ -106,9 +125,14 @@ def greedy_translate(encoder, decoder, task, split="test", max_len=None):
     data = task.split(split)
     v = task.tgt_vocab
     tokens, weights = greedy_decode(
-        encoder, decoder, torch.as_tensor(data.src),
-        torch.as_tensor(data.src_lens), v.bos_id, v.eos_id,
-        max_len or task.max_tgt_len)
+        encoder,
+        decoder,
+        torch.as_tensor(data.src),
+        torch.as_tensor(data.src_lens),
+        v.bos_id,
+        v.eos_id,
+        max_len or task.max_tgt_len,
+    )
     return tokens.numpy(), weights.numpy()
 
 
@@ -123,5 +147,4 @@ def train_and_evaluate(task, attention, config, desc=None):
     """Seed, build, train with ``config`` (an attncourse.data.TrainConfig) and
     measure test exact-match accuracy. Returns an attncourse.data.TrainedModel
     (encoder, decoder, losses, accuracy, seconds)."""
-    return training.run_experiment(sys.modules[__name__], task, attention, config,
-                                   desc)
+    return training.run_experiment(sys.modules[__name__], task, attention, config, desc)

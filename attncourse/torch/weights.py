@@ -46,8 +46,10 @@ __all__ = [
 
 def get_params(layer) -> dict:
     """A copy of a course module's parameters: {name: float64 array}, (in, out)."""
-    return {name: np.array(t.detach().cpu().numpy(), dtype=np.float64)
-            for name, t in checks.course_params(layer).items()}
+    return {
+        name: np.array(t.detach().cpu().numpy(), dtype=np.float64)
+        for name, t in checks.course_params(layer).items()
+    }
 
 
 @torch.no_grad()
@@ -68,8 +70,9 @@ def set_params(layer, params: dict) -> None:
 
 def _load(module, state_dict):
     dtype = torch.get_default_dtype()
-    module.load_state_dict({k: torch.as_tensor(v, dtype=dtype)
-                            for k, v in state_dict.items()})
+    module.load_state_dict(
+        {k: torch.as_tensor(v, dtype=dtype) for k, v in state_dict.items()}
+    )
     return module
 
 
@@ -84,8 +87,14 @@ def to_torch_mha(params: dict, num_heads: int):
     state = mha_params_to_torch(params)
     d_model = state["out_proj.weight"].shape[0]
     d_k, d_v = np.shape(params["W_k"])[0], np.shape(params["W_v"])[0]
-    mha = nn.MultiheadAttention(d_model, num_heads, bias="in_proj_bias" in state,
-                                kdim=d_k, vdim=d_v, batch_first=True)
+    mha = nn.MultiheadAttention(
+        d_model,
+        num_heads,
+        bias="in_proj_bias" in state,
+        kdim=d_k,
+        vdim=d_v,
+        batch_first=True,
+    )
     return _load(mha, state)
 
 
@@ -115,5 +124,6 @@ def to_sdpa_mask(mask):
 def to_torch_mha_mask(mask, num_heads, num_queries=None):
     """Our mask -> nn.MultiheadAttention's bool attn_mask (True = NOT allowed),
     a torch tensor; see ``attncourse.numpy.to_torch_mha_mask``."""
-    return _on_device_of(neutral.to_torch_mha_mask(_numpy(mask), num_heads,
-                                                   num_queries), mask)
+    return _on_device_of(
+        neutral.to_torch_mha_mask(_numpy(mask), num_heads, num_queries), mask
+    )

@@ -54,8 +54,9 @@ HIDDEN_COMMENT = re.compile(r"^#\s*Hidden tests?,\s*\d+\s+points?\s*:\s*(.+)$")
 # MyST syntax that pulls in other files or text: a notebook's markdown is plain
 # Jupyter markdown, so none of it belongs there (an {include} of the solutions
 # would pass the leak scan of the text and expand in the build)
-MYST_MARKUP = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\s*\{|\{[A-Za-z][\w:+-]*\}`|\{\{",
-                         re.M)
+MYST_MARKUP = re.compile(
+    r"^\s*(`{3,}|~{3,}|:{3,})\s*\{|\{[A-Za-z][\w:+-]*\}`|\{\{", re.M
+)
 
 
 class AssignmentError(Exception):
@@ -158,8 +159,11 @@ def _stub(node: ast.FunctionDef | ast.ClassDef) -> ast.stmt:
     doc = [node.body[0]] if ast.get_docstring(node, clean=False) is not None else []
     stub = copy.copy(node)
     if isinstance(node, ast.ClassDef):
-        methods = [_stub(n) for n in node.body
-                   if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        methods = [
+            _stub(n)
+            for n in node.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
         stub.body = doc + methods or [ast.Expr(ast.Constant(...))]
     else:
         stub.body = [*doc, ast.Expr(ast.Constant(...))]
@@ -175,16 +179,21 @@ def stubs(code: str, where: str) -> list[tuple[str, str]]:
         raise AssignmentError(f"{where}: solution cell does not parse: {err}") from None
     except AssignmentError as err:
         raise AssignmentError(f"{where}: {err}") from None
-    return [(n.name, ast.unparse(_stub(n))) for n in tree.body
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    return [
+        (n.name, ast.unparse(_stub(n)))
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
 
 
 def plain_markdown(text: str, where: str) -> str:
     """``text`` if it uses no MyST directive, role or substitution."""
     m = MYST_MARKUP.search(text)
     if m:
-        raise AssignmentError(f"{where}: MyST markup {m[0].strip()!r} in notebook "
-                              "markdown (only plain Jupyter markdown is rendered)")
+        raise AssignmentError(
+            f"{where}: MyST markup {m[0].strip()!r} in notebook "
+            "markdown (only plain Jupyter markdown is rendered)"
+        )
     return text
 
 
@@ -208,10 +217,18 @@ def _describe(test_code: str) -> str:
 def _points_said(cell: dict, test: Test, where: str) -> list[str]:
     """Problems: "N points" in a test cell's public comments != its metadata."""
     public = public_test(_text(cell))
-    said = [int(n) for line in public.splitlines() if line.lstrip().startswith("#")
-            for n in POINTS_SAID.findall(line)]
-    return [f"{where}: cell {test.grade_id!r} says {n} point(s), its nbgrader "
-            f"metadata gives {test.points}" for n in said if n != test.points]
+    said = [
+        int(n)
+        for line in public.splitlines()
+        if line.lstrip().startswith("#")
+        for n in POINTS_SAID.findall(line)
+    ]
+    return [
+        f"{where}: cell {test.grade_id!r} says {n} point(s), its nbgrader "
+        f"metadata gives {test.points}"
+        for n in said
+        if n != test.points
+    ]
 
 
 def read_assignment(source: Path, slug: str | None = None) -> Assignment:
@@ -227,14 +244,18 @@ def read_assignment(source: Path, slug: str | None = None) -> Assignment:
         raise AssignmentError(f"{source}: not a notebook ({err})") from None
     intro_cells = [c for c in cells if _meta(c).get("grade_id") == "intro"]
     if len(intro_cells) != 1 or intro_cells[0].get("cell_type") != "markdown":
-        raise AssignmentError(f"{source}: needs one markdown cell with grade_id "
-                              "'intro'")
+        raise AssignmentError(
+            f"{source}: needs one markdown cell with grade_id 'intro'"
+        )
     intro = plain_markdown(_text(intro_cells[0]), f"{source} intro")
     title = _heading(intro)
     if title is None:
         raise AssignmentError(f"{source}: the intro cell has no title heading")
-    intro = "\n".join(line for line in intro.splitlines()
-                      if not (HEADING.match(line) and HEADING.match(line)[2] == title))
+    intro = "\n".join(
+        line
+        for line in intro.splitlines()
+        if not (HEADING.match(line) and HEADING.match(line)[2] == title)
+    )
 
     parts: dict[str, Part] = {}
     problems: list[str] = []
@@ -244,15 +265,17 @@ def read_assignment(source: Path, slug: str | None = None) -> Assignment:
         if key not in PART_LABELS:
             raise AssignmentError(
                 f"{source}: cell {_meta(cell).get('grade_id')!r} belongs to no part "
-                f"(grade ids start with one of {sorted(PART_LABELS)})")
+                f"(grade ids start with one of {sorted(PART_LABELS)})"
+            )
         return parts.setdefault(key, Part(key, PART_LABELS[key]))
 
     for cell in cells:
         m = _meta(cell)
         gid = m.get("grade_id", "")
         if m.get("task"):
-            raise AssignmentError(f"{source}: manually graded task cell {gid!r} is "
-                                  "not supported")
+            raise AssignmentError(
+                f"{source}: manually graded task cell {gid!r} is not supported"
+            )
         if gid.endswith("-interface") and cell.get("cell_type") == "markdown":
             text = plain_markdown(_text(cell), f"{source} {gid!r}")
             part_of(cell).title = _heading(text) or part_of(cell).title
@@ -263,14 +286,21 @@ def read_assignment(source: Path, slug: str | None = None) -> Assignment:
                 part.stubs.append(stub)
         if m.get("grade"):
             points = m.get("points")
-            if not isinstance(points, int | float) or isinstance(points, bool) \
-                    or points < 0 or points != int(points):
-                raise AssignmentError(f"{source}: grade cell {gid!r} has no whole "
-                                      f"number of points ({points!r})")
+            if (
+                not isinstance(points, int | float)
+                or isinstance(points, bool)
+                or points < 0
+                or points != int(points)
+            ):
+                raise AssignmentError(
+                    f"{source}: grade cell {gid!r} has no whole "
+                    f"number of points ({points!r})"
+                )
             hidden = "BEGIN HIDDEN TESTS" in _text(cell)
             says = _describe(_text(cell)) if hidden else ""
-            test = Test(gid, int(points), hidden,
-                        plain_markdown(says, f"{source} {gid!r}"))
+            test = Test(
+                gid, int(points), hidden, plain_markdown(says, f"{source} {gid!r}")
+            )
             part_of(cell).tests.append(test)
             problems += _points_said(cell, test, str(source))
     # the chapter's section is already called "Exercise"
@@ -279,8 +309,10 @@ def read_assignment(source: Path, slug: str | None = None) -> Assignment:
     problems += intro_table_problems(assignment)
     for part in assignment.parts:
         if not part.stubs:
-            problems.append(f"{source}: part {part.label} asks for no function or "
-                            "class (no def/class in its solution cells)")
+            problems.append(
+                f"{source}: part {part.label} asks for no function or "
+                "class (no def/class in its solution cells)"
+            )
         if not part.tests:
             problems.append(f"{source}: part {part.label} has no graded test")
     if problems:
@@ -290,6 +322,7 @@ def read_assignment(source: Path, slug: str | None = None) -> Assignment:
 
 # --- markdown tables --------------------------------------------------------
 
+
 def table_blocks(markdown: str) -> list[tuple[int, int]]:
     """(first, end) line ranges of the pipe tables in ``markdown``."""
     lines, blocks, start = markdown.splitlines(), [], None
@@ -297,8 +330,9 @@ def table_blocks(markdown: str) -> list[tuple[int, int]]:
         if line.lstrip().startswith("|"):
             start = i if start is None else start
         elif start is not None:
-            if i - start >= 2 and set(lines[start + 1].replace("|", "").strip()) \
-                    <= set("-: "):
+            if i - start >= 2 and set(lines[start + 1].replace("|", "").strip()) <= set(
+                "-: "
+            ):
                 blocks.append((start, i))
             start = None
     return blocks
@@ -329,50 +363,71 @@ def intro_table_problems(assignment: Assignment) -> list[str]:
     found = intro_points_table(assignment.intro)
     if found is None:
         return [f"{where}: missing (a table whose first column is 'part')"]
-    header, *rows = table_rows(assignment.intro.splitlines()[found[0]:found[1]])
+    header, *rows = table_rows(assignment.intro.splitlines()[found[0] : found[1]])
     header = [h.lower() for h in header]
     cols = {"visible": None, "hidden": None, "total": None}
     for i, h in enumerate(header[1:], 1):
-        key = "visible" if "visible" in h else "hidden" if "hidden" in h else \
-            "total" if h in ("points", "total") else None
+        key = (
+            "visible"
+            if "visible" in h
+            else "hidden"
+            if "hidden" in h
+            else "total"
+            if h in ("points", "total")
+            else None
+        )
         if key:
             cols[key] = i
     if None in cols.values():
-        return [f"{where}: expected the columns part | visible tests | hidden "
-                f"tests | points, found {header}"]
+        return [
+            f"{where}: expected the columns part | visible tests | hidden "
+            f"tests | points, found {header}"
+        ]
     problems, seen = [], set()
     by_label = {p.label.lower(): p for p in assignment.parts}
     for row in rows:
         part = by_label.get(row[0].lower())
         if part is None:
-            problems.append(f"{where}: row {row[0]!r} is no part of the notebook "
-                            f"(parts: {[p.label for p in assignment.parts]})")
+            problems.append(
+                f"{where}: row {row[0]!r} is no part of the notebook "
+                f"(parts: {[p.label for p in assignment.parts]})"
+            )
             continue
         seen.add(part.key)
         want = {"visible": part.visible, "hidden": part.hidden, "total": part.points}
         for key, col in cols.items():
             cell = row[col] if col < len(row) else ""
             if cell != str(want[key]):
-                problems.append(f"{where}: {part.label} {header[col]!r} is {cell!r}, "
-                                f"the metadata gives {want[key]}")
-    problems += [f"{where}: no row for part {p.label}" for p in assignment.parts
-                 if p.key not in seen]
+                problems.append(
+                    f"{where}: {part.label} {header[col]!r} is {cell!r}, "
+                    f"the metadata gives {want[key]}"
+                )
+    problems += [
+        f"{where}: no row for part {p.label}"
+        for p in assignment.parts
+        if p.key not in seen
+    ]
     return problems
 
 
 # --- rendering --------------------------------------------------------------
+
 
 def _points(n: int) -> str:
     return f"{n} point" if n == 1 else f"{n} points"
 
 
 def points_table(assignment: Assignment) -> list[str]:
-    rows = ["| part | you write | visible tests | hidden tests | points |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = [
+        "| part | you write | visible tests | hidden tests | points |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for p in assignment.parts:
         names = ", ".join(f"`{n}`" for n in p.names)
-        rows.append(f"| {p.label} | {names} | {_points(p.visible)} | "
-                    f"{_points(p.hidden)} | **{p.points}** |")
+        rows.append(
+            f"| {p.label} | {names} | {_points(p.visible)} | "
+            f"{_points(p.hidden)} | **{p.points}** |"
+        )
     return rows
 
 
@@ -387,7 +442,7 @@ def _intro_markdown(assignment: Assignment) -> list[str]:
     lines = assignment.intro.splitlines()
     found = intro_points_table(assignment.intro)
     if found:
-        lines[found[0]:found[1]] = points_table(assignment)
+        lines[found[0] : found[1]] = points_table(assignment)
     else:
         lines += ["", *points_table(assignment)]
     out, fenced = [], None
@@ -400,13 +455,19 @@ def _intro_markdown(assignment: Assignment) -> list[str]:
     return out
 
 
-def render_markdown(assignment: Assignment, release_link: str,
-                    overview_doc: str = "") -> str:
+def render_markdown(
+    assignment: Assignment, release_link: str, overview_doc: str = ""
+) -> str:
     """The MyST text of the Exercise section. ``release_link``: the download
     target of the release notebook (``/`` = relative to the Sphinx source dir)."""
     name = Path(release_link).name
-    lines = [f"```{{rubric}} {assignment.title}", "```", "",
-             *_intro_markdown(assignment), ""]
+    lines = [
+        f"```{{rubric}} {assignment.title}",
+        "```",
+        "",
+        *_intro_markdown(assignment),
+        "",
+    ]
     for part in assignment.parts:
         lines += [f"```{{rubric}} {part.title} — {_points(part.points)}", "```", ""]
         code = "\n\n".join(part.stubs)
@@ -414,14 +475,20 @@ def render_markdown(assignment: Assignment, release_link: str,
         lines += [f"{fence}python", code, fence, ""]
         for t in part.tests:
             kind = "hidden tests" if t.hidden else "visible test"
-            says = t.says or ("when the notebook is graded, on other data"
-                              if t.hidden else "run it in the notebook while you work")
+            says = t.says or (
+                "when the notebook is graded, on other data"
+                if t.hidden
+                else "run it in the notebook while you work"
+            )
             lines.append(f"- {kind}, **{_points(t.points)}**: {says}")
         lines.append("")
     total = _points(assignment.points)
     link = f"{{download}}`{name} <{release_link}>`"
-    more = f" How to work on it and submit: {{doc}}`{overview_doc}`." \
-        if overview_doc else ""
+    more = (
+        f" How to work on it and submit: {{doc}}`{overview_doc}`."
+        if overview_doc
+        else ""
+    )
     lines += [f"**Download the assignment:** {link} ({total} in all).{more}", ""]
     return "\n".join(lines)
 
@@ -434,18 +501,30 @@ def leak_problems(text: str, source: Path) -> list[str]:
     from grader import leaks, reference
 
     ref_path = source.parent / reference.HIDDEN_DIR / reference.FILENAME
-    ref_values = (leaks.reference_numbers(reference.load_file(ref_path))
-                  if ref_path.exists() else np.zeros(0))
-    problems = leaks.scan_text(text, leaks.secret_lines(source), ref_values,
-                               f"Exercise section of {source.stem}")
+    ref_values = (
+        leaks.reference_numbers(reference.load_file(ref_path))
+        if ref_path.exists()
+        else np.zeros(0)
+    )
+    problems = leaks.scan_text(
+        text,
+        leaks.secret_lines(source),
+        ref_values,
+        f"Exercise section of {source.stem}",
+    )
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN", "END HIDDEN"):
         if marker in text:
             problems.append(f"Exercise section of {source.stem}: contains {marker!r}")
     return problems
 
 
-def render(slug: str, root: Path, source_dir: str = "solutions",
-           release_dir: str = "exercises", overview_doc: str = "") -> str:
+def render(
+    slug: str,
+    root: Path,
+    source_dir: str = "solutions",
+    release_dir: str = "exercises",
+    overview_doc: str = "",
+) -> str:
     """Read, render and leak-check the Exercise section of ``slug``."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug):
         raise AssignmentError(f"{slug!r} is not an assignment slug")
@@ -454,14 +533,18 @@ def render(slug: str, root: Path, source_dir: str = "solutions",
     assignment = read_assignment(source, slug)
     release = root / release_dir / slug / f"{slug}.ipynb"
     if not release.is_file():
-        raise AssignmentError(f"no release of {slug!r}: {release} does not exist "
-                              "(python -m grader release)")
-    text = render_markdown(assignment, f"/{release_dir}/{slug}/{slug}.ipynb",
-                           overview_doc)
+        raise AssignmentError(
+            f"no release of {slug!r}: {release} does not exist "
+            "(python -m grader release)"
+        )
+    text = render_markdown(
+        assignment, f"/{release_dir}/{slug}/{slug}.ipynb", overview_doc
+    )
     problems = leak_problems(text, source)
     if problems:
-        raise AssignmentError("the Exercise section would leak:\n"
-                              + "\n".join(problems))
+        raise AssignmentError(
+            "the Exercise section would leak:\n" + "\n".join(problems)
+        )
     return text
 
 
@@ -478,9 +561,13 @@ class AssignmentDirective(SphinxDirective):
         for folder in (config.assignment_source_dir, config.assignment_release_dir):
             self.env.note_dependency(str(root / folder / slug / f"{slug}.ipynb"))
         try:
-            text = render(slug, root, config.assignment_source_dir,
-                          config.assignment_release_dir,
-                          config.assignment_overview_doc)
+            text = render(
+                slug,
+                root,
+                config.assignment_source_dir,
+                config.assignment_release_dir,
+                config.assignment_overview_doc,
+            )
         except AssignmentError as err:
             raise self.error(f"{{assignment}} {slug}: {err}") from None
         container = nodes.container(classes=["assignment"])

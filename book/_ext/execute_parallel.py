@@ -89,8 +89,9 @@ def expected_seconds(cache, notebooks: list[Path]) -> dict[str, float]:
     return seconds
 
 
-def run(cache, notebooks: list[Path], timeout: int, processes: int,
-        logger) -> ExecutorRunResult:
+def run(
+    cache, notebooks: list[Path], timeout: int, processes: int, logger
+) -> ExecutorRunResult:
     """Execute the notebooks that are not cached, longest first, in parallel."""
     uris = [str(p) for p in notebooks]
     todo = cache.list_unexecuted(filter_uris=uris)
@@ -98,9 +99,12 @@ def run(cache, notebooks: list[Path], timeout: int, processes: int,
     todo.sort(key=lambda r: -expected.get(r.uri, 0))
     if not todo:
         return ExecutorRunResult()
-    logger.info("executing %d notebook(s) in %d processes, longest first: %s",
-                len(todo), min(processes, len(todo)),
-                ", ".join(Path(r.uri).stem for r in todo))
+    logger.info(
+        "executing %d notebook(s) in %d processes, longest first: %s",
+        len(todo),
+        min(processes, len(todo)),
+        ", ".join(Path(r.uri).stem for r in todo),
+    )
     NbProjectRecord.remove_tracebacks([r.pk for r in todo], cache.db)
     multiprocessing.log_to_stderr(REPORT_LEVEL)  # "Executing: <uri>" per notebook
     jobs = [ProcessData(r.pk, r.uri, cache, timeout, False) for r in todo]
@@ -116,8 +120,12 @@ def run(cache, notebooks: list[Path], timeout: int, processes: int,
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--path-output", type=Path, default=ROOT,
-                        help="the folder jupyter-book builds into (its _build/)")
+    parser.add_argument(
+        "--path-output",
+        type=Path,
+        default=ROOT,
+        help="the folder jupyter-book builds into (its _build/)",
+    )
     parser.add_argument("--toc", type=Path, default=ROOT / "_toc.yml")
     parser.add_argument("--timeout", type=int, default=300)
     args = parser.parse_args(argv)
@@ -127,8 +135,7 @@ def main(argv=None) -> int:
     # kernels' thread pools fight over the cores and tiny ops slow down ~20x.
     cores = os.cpu_count() or 1
     threads = str(max(1, cores // max(1, min(len(notebooks), cores))))
-    for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
-                "TF_NUM_INTEROP_THREADS"):
+    for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         os.environ.setdefault(var, threads)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logger = logging.getLogger("execute_parallel")
@@ -138,13 +145,17 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     result = run(cache, notebooks, args.timeout, cores, logger)
     seconds = time.perf_counter() - start
-    print(f"executed {len(result.succeeded)} notebook(s) in {seconds:.1f} s; "
-          f"{len(notebooks) - len(result.all())} already cached")
+    print(
+        f"executed {len(result.succeeded)} notebook(s) in {seconds:.1f} s; "
+        f"{len(notebooks) - len(result.all())} already cached"
+    )
     failed = result.excepted + result.errored
     for uri in failed:
         record = cache.get_project_record(uri)
-        print(f"\n=== FAILED: {uri}\n{record.traceback or '(no traceback)'}",
-              file=sys.stderr)
+        print(
+            f"\n=== FAILED: {uri}\n{record.traceback or '(no traceback)'}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

@@ -31,7 +31,9 @@ def framework_of(node: nodes.Node) -> str | None:
     if len(found) > 1:
         LOGGER.warning(
             "a cell is tagged with both frameworks %s [framework_tabs]",
-            found, location=node, type="framework_tabs",
+            found,
+            location=node,
+            type="framework_tabs",
         )
     return found[0] if found else None
 
@@ -93,8 +95,10 @@ class FrameworkTabs(SphinxTransform):
                     LOGGER.warning(
                         "framework cells without their twin: this run has only %s; "
                         "tag a matching cell for each of %s [framework_tabs]",
-                        sorted(present), sorted(FRAMEWORKS),
-                        location=group[0], type="framework_tabs",
+                        sorted(present),
+                        sorted(FRAMEWORKS),
+                        location=group[0],
+                        type="framework_tabs",
                     )
                     new_children.extend(group)
                     continue

@@ -64,15 +64,25 @@ def make_cases() -> dict:
     }
     all_keys = np.ones((BATCH, N_K), dtype=bool)
     return {
-        "two_heads": dict(base, num_heads=np.array(2), has_mask=np.array(False),
-                          key_mask=all_keys),
-        "four_heads": dict(base, num_heads=np.array(4), has_mask=np.array(False),
-                           key_mask=all_keys),
+        "two_heads": dict(
+            base, num_heads=np.array(2), has_mask=np.array(False), key_mask=all_keys
+        ),
+        "four_heads": dict(
+            base, num_heads=np.array(4), has_mask=np.array(False), key_mask=all_keys
+        ),
         # no sequence is full or empty: an inverted mask keeps a key in every row
-        "padded": dict(base, num_heads=np.array(2), has_mask=np.array(True),
-                       key_mask=numeric.lengths_mask(np.array([4, 2]), N_K)),
-        "padded_four_heads": dict(base, num_heads=np.array(4), has_mask=np.array(True),
-                                  key_mask=numeric.lengths_mask(np.array([3, 1]), N_K)),
+        "padded": dict(
+            base,
+            num_heads=np.array(2),
+            has_mask=np.array(True),
+            key_mask=numeric.lengths_mask(np.array([4, 2]), N_K),
+        ),
+        "padded_four_heads": dict(
+            base,
+            num_heads=np.array(4),
+            has_mask=np.array(True),
+            key_mask=numeric.lengths_mask(np.array([3, 1]), N_K),
+        ),
     }
 
 
@@ -81,20 +91,20 @@ def _forward(i, mask="ok", keys="keys", values="values", average=False):
     used as keys and values (a swap or the Keras default key = value)."""
     h = int(i["num_heads"])
     q = split_heads(i["queries"] @ i["W_q"] + i["b_q"], h)  # (batch, h, n_q, d_head)
-    k = split_heads(i[keys] @ i["W_k"] + i["b_k"], h)       # (batch, h, n_k, d_head)
-    v = split_heads(i[values] @ i["W_v"] + i["b_v"], h)     # (batch, h, n_k, d_head)
+    k = split_heads(i[keys] @ i["W_k"] + i["b_k"], h)  # (batch, h, n_k, d_head)
+    v = split_heads(i[values] @ i["W_v"] + i["b_v"], h)  # (batch, h, n_k, d_head)
     s = q @ np.swapaxes(k, -1, -2) / math.sqrt(D_MODEL // h)
     m = None
     if bool(i["has_mask"]) and mask != "ignored":
-        pad = i["key_mask"][:, None, None, :]              # (batch, 1, 1, n_k)
-        if mask == "float_added":            # torch adds a float key_padding_mask
+        pad = i["key_mask"][:, None, None, :]  # (batch, 1, 1, n_k)
+        if mask == "float_added":  # torch adds a float key_padding_mask
             s = s + pad
         elif mask == "float_added_inverted":
             s = s + ~pad
         else:
             m = ~pad if mask == "inverted" else pad
-    w = numeric.masked_softmax(s, m)                       # (batch, h, n_q, n_k)
-    outputs = merge_heads(w @ v) @ i["W_o"] + i["b_o"]     # (batch, n_q, d_model)
+    w = numeric.masked_softmax(s, m)  # (batch, h, n_q, n_k)
+    outputs = merge_heads(w @ v) @ i["W_o"] + i["b_o"]  # (batch, n_q, d_model)
     return {"outputs": outputs, "weights": w.mean(axis=1) if average else w}
 
 
@@ -102,58 +112,75 @@ def expected(case: str, inputs: dict) -> dict:
     result = _forward(inputs)
     if case == "two_heads":
         h = int(inputs["num_heads"])
-        q, k, v = (split_heads(inputs[x] @ inputs[f"W_{c}"] + inputs[f"b_{c}"], h)
-                   for x, c in zip(INPUTS, "qkv", strict=True))
+        q, k, v = (
+            split_heads(inputs[x] @ inputs[f"W_{c}"] + inputs[f"b_{c}"], h)
+            for x, c in zip(INPUTS, "qkv", strict=True)
+        )
         grad_heads = split_heads(inputs["upstream"] @ inputs["W_o"].T, h)
         dq, dk, dv = numeric.attention_backward(
-            q, k, v, result["weights"], grad_heads, 1 / math.sqrt(D_MODEL // h))
-        result.update({
-            "grad_queries": merge_heads(dq) @ inputs["W_q"].T,
-            "grad_keys": merge_heads(dk) @ inputs["W_k"].T,
-            "grad_values": merge_heads(dv) @ inputs["W_v"].T,
-        })
+            q, k, v, result["weights"], grad_heads, 1 / math.sqrt(D_MODEL // h)
+        )
+        result.update(
+            {
+                "grad_queries": merge_heads(dq) @ inputs["W_q"].T,
+                "grad_keys": merge_heads(dk) @ inputs["W_k"].T,
+                "grad_values": merge_heads(dv) @ inputs["W_v"].T,
+            }
+        )
     return result
 
 
 # Each variant cites where learners report the mistake.
 VARIANTS = (
     # tensorflow/text#1017 (Keras argument order query, value, key)
-    Variant("keys-values-swapped",
-            "keys and values are swapped: keras.layers.MultiHeadAttention is called "
-            "as layer(query, VALUE, key), torch.nn.MultiheadAttention as "
-            "layer(query, key, value).",
-            lambda i: _forward(i, keys="values", values="keys")),
-    Variant("key-defaults-to-value",
-            "the keys are not used: called with two tensors, "
-            "keras.layers.MultiHeadAttention takes the value as the key; pass the "
-            "keys as the third argument, layer(query, value, key).",
-            lambda i: _forward(i, keys="values")),
+    Variant(
+        "keys-values-swapped",
+        "keys and values are swapped: keras.layers.MultiHeadAttention is called "
+        "as layer(query, VALUE, key), torch.nn.MultiheadAttention as "
+        "layer(query, key, value).",
+        lambda i: _forward(i, keys="values", values="keys"),
+    ),
+    Variant(
+        "key-defaults-to-value",
+        "the keys are not used: called with two tensors, "
+        "keras.layers.MultiHeadAttention takes the value as the key; pass the "
+        "keys as the third argument, layer(query, value, key).",
+        lambda i: _forward(i, keys="values"),
+    ),
 )
 
 MASK_VARIANTS = (
     # pytorch/pytorch#141018 and #141694 (key_padding_mask True = ignored)
-    Variant("inverted-mask",
-            "the mask polarity is inverted: key_mask is True = attend, as is "
-            "Keras's attention_mask (pass it as it is, with a query axis); "
-            "torch.nn.MultiheadAttention's key_padding_mask is True = NOT allowed "
-            "(pass ~key_mask).",
-            lambda i: _forward(i, mask="inverted")),
-    Variant("mask-ignored",
-            "the mask is not applied: pass it to the layer (Keras attention_mask, "
-            "torch key_padding_mask).",
-            lambda i: _forward(i, mask="ignored")),
+    Variant(
+        "inverted-mask",
+        "the mask polarity is inverted: key_mask is True = attend, as is "
+        "Keras's attention_mask (pass it as it is, with a query axis); "
+        "torch.nn.MultiheadAttention's key_padding_mask is True = NOT allowed "
+        "(pass ~key_mask).",
+        lambda i: _forward(i, mask="inverted"),
+    ),
+    Variant(
+        "mask-ignored",
+        "the mask is not applied: pass it to the layer (Keras attention_mask, "
+        "torch key_padding_mask).",
+        lambda i: _forward(i, mask="ignored"),
+    ),
     # mlverse/torch#1205 / #1208, pytorch/pytorch#141018 and #147209: a float
     # key_padding_mask is added to the scores, it does not hide anything
-    Variant("float-mask-added",
-            "the mask reached the layer as floats (1.0 = real key), and torch "
-            "ADDS a float key_padding_mask to the scores instead of hiding keys; "
-            "pass a bool mask, ~key_mask (True = NOT allowed).",
-            lambda i: _forward(i, mask="float_added")),
-    Variant("float-padding-mask-added",
-            "the mask reached the layer as floats (1.0 = padding), and torch "
-            "ADDS a float key_padding_mask to the scores (1.0 is not -inf); pass "
-            "the bool mask ~key_mask itself, without .float().",
-            lambda i: _forward(i, mask="float_added_inverted")),
+    Variant(
+        "float-mask-added",
+        "the mask reached the layer as floats (1.0 = real key), and torch "
+        "ADDS a float key_padding_mask to the scores instead of hiding keys; "
+        "pass a bool mask, ~key_mask (True = NOT allowed).",
+        lambda i: _forward(i, mask="float_added"),
+    ),
+    Variant(
+        "float-padding-mask-added",
+        "the mask reached the layer as floats (1.0 = padding), and torch "
+        "ADDS a float key_padding_mask to the scores (1.0 is not -inf); pass "
+        "the bool mask ~key_mask itself, without .float().",
+        lambda i: _forward(i, mask="float_added_inverted"),
+    ),
 )
 
 
@@ -162,24 +189,48 @@ def _hidden(i):
     return ~i["key_mask"][:, None, None, :] if bool(i["has_mask"]) else None
 
 
-NOTES = {"two_heads": "batch 2, 3 queries, 5 keys, d_model 8, 2 heads, no mask",
-         "four_heads": "the same inputs with 4 heads (d_head 2), no mask",
-         "padded": "2 heads, key_mask (batch, n_k) for lengths 4 and 2",
-         "padded_four_heads": "4 heads, key_mask (batch, n_k) for lengths 3 and 1"}
-REMINDER = ("build the layer holding params (to_keras_mha / to_torch_mha), call it "
-            "with queries, keys and values in its own argument order, the mask in its "
-            "own polarity, and return the per-head weights.")
+NOTES = {
+    "two_heads": "batch 2, 3 queries, 5 keys, d_model 8, 2 heads, no mask",
+    "four_heads": "the same inputs with 4 heads (d_head 2), no mask",
+    "padded": "2 heads, key_mask (batch, n_k) for lengths 4 and 2",
+    "padded_four_heads": "4 heads, key_mask (batch, n_k) for lengths 3 and 1",
+}
+REMINDER = (
+    "build the layer holding params (to_keras_mha / to_torch_mha), call it "
+    "with queries, keys and values in its own argument order, the mask in its "
+    "own polarity, and return the per-head weights."
+)
 CHECKS = {
-    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=VARIANTS,
-                     case_notes=NOTES, reminder=REMINDER),
-    "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS,
-                   compare=("weights", "outputs"), variants=MASK_VARIANTS + VARIANTS, case_notes=NOTES,
-                   reminder=REMINDER, hidden=_hidden),
-    "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_queries", "grad_keys", "grad_values"),
-                       variants=VARIANTS, case_notes=NOTES,
-                       reminder="gradients of sum(outputs * g) must reach the "
-                                "queries, keys and values: keep them framework "
-                                "tensors (check the forward test first)."),
+    "forward": Check(
+        name="forward",
+        runner=RUNS["forward"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+    ),
+    "masks": Check(
+        name="masks",
+        runner=RUNS["masks"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=MASK_VARIANTS + VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+        hidden=_hidden,
+    ),
+    "gradients": Check(
+        name="gradients",
+        runner=RUNS["gradients"],
+        targets=TARGETS,
+        compare=("grad_queries", "grad_keys", "grad_values"),
+        variants=VARIANTS,
+        case_notes=NOTES,
+        reminder="gradients of sum(outputs * g) must reach the "
+        "queries, keys and values: keep them framework "
+        "tensors (check the forward test first).",
+    ),
 }
 
 

@@ -38,8 +38,13 @@ NAME = "multi-head-attention"
 SEED = 6006
 # What the solution may not call (grader.provenance flags it for review): the
 # course library's own implementation and the built-in attention layers.
-FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS, *BUILTIN_ATTENTION,
-             "attncourse.*.split_heads", "attncourse.*.merge_heads")
+FORBIDDEN = (
+    *COURSE_ATTENTION,
+    *COURSE_MASKS,
+    *BUILTIN_ATTENTION,
+    "attncourse.*.split_heads",
+    "attncourse.*.merge_heads",
+)
 
 
 def make_cases() -> dict:
@@ -54,12 +59,21 @@ def make_cases() -> dict:
     padding = numeric.lengths_mask(np.array([4, 2]), N_K)[:, None, :]  # (2, 1, 4)
     no_mask = np.ones((1, 1, 1), dtype=bool)
     return {
-        "two_heads": dict(base, num_heads=np.array(2), has_mask=np.array(False),
-                          attention_mask=no_mask),
-        "four_heads": dict(base, num_heads=np.array(4), has_mask=np.array(False),
-                           attention_mask=no_mask),
-        "padded": dict(base, num_heads=np.array(2), has_mask=np.array(True),
-                       attention_mask=padding),
+        "two_heads": dict(
+            base,
+            num_heads=np.array(2),
+            has_mask=np.array(False),
+            attention_mask=no_mask,
+        ),
+        "four_heads": dict(
+            base,
+            num_heads=np.array(4),
+            has_mask=np.array(False),
+            attention_mask=no_mask,
+        ),
+        "padded": dict(
+            base, num_heads=np.array(2), has_mask=np.array(True), attention_mask=padding
+        ),
     }
 
 
@@ -81,8 +95,18 @@ def _merge(x, how="ok"):
     return x.transpose(0, 2, 3, 1).reshape(b, n, h * dh)  # interleaved
 
 
-def _forward(i, scale="d_head", axis=-1, split="ok", merge=None, out_proj=True,
-             mask="ok", transpose_w=False, projections="qkv", scale_after=False):
+def _forward(
+    i,
+    scale="d_head",
+    axis=-1,
+    split="ok",
+    merge=None,
+    out_proj=True,
+    mask="ok",
+    transpose_w=False,
+    projections="qkv",
+    scale_after=False,
+):
     """The reference and its wrong variants. ``merge`` defaults to the inverse
     of ``split``; ``projections`` names the weights used for Q, K, V;
     ``mask``: ok, inverted, ignored, added (scores + mask), zero_fill (masked
@@ -90,9 +114,10 @@ def _forward(i, scale="d_head", axis=-1, split="ok", merge=None, out_proj=True,
     broadcast against (batch, heads, n_q, n_k) lands on the heads axis)."""
     h = int(i["num_heads"])
     W = {w: (i[w].T if transpose_w else i[w]) for w in WEIGHTS}
-    q, k, v = (_split(i[x] @ W[f"W_{p}"], h, split)
-               for x, p in zip(("queries", "keys", "values"), projections,
-                               strict=True))
+    q, k, v = (
+        _split(i[x] @ W[f"W_{p}"], h, split)
+        for x, p in zip(("queries", "keys", "values"), projections, strict=True)
+    )
     d_head = D_MODEL // h
     div = {"d_head": d_head, "none": 1.0, "d_model": D_MODEL}[scale]
     s = q @ np.swapaxes(k, -1, -2)
@@ -124,21 +149,30 @@ def expected(case: str, inputs: dict) -> dict:
     if case == "two_heads":
         h = int(inputs["num_heads"])
         x = {n: inputs[n] for n in ("queries", "keys", "values")}
-        proj = {c: x[n] @ inputs[f"W_{c}"]
-                for c, n in (("q", "queries"), ("k", "keys"), ("v", "values"))}
+        proj = {
+            c: x[n] @ inputs[f"W_{c}"]
+            for c, n in (("q", "queries"), ("k", "keys"), ("v", "values"))
+        }
         q, k, v = (_split(proj[c], h) for c in "qkv")
         concat = _merge(result["weights"] @ v)
         g = inputs["upstream"]
         grad_concat = g @ inputs["W_o"].T
         dq, dk, dv = numeric.attention_backward(
-            q, k, v, result["weights"], _split(grad_concat, h),
-            1 / math.sqrt(D_MODEL // h))
-        result.update({
-            "grad_W_o": np.einsum("bnd,bne->de", concat, g),
-            "grad_W_q": np.einsum("bnd,bne->de", x["queries"], _merge(dq)),
-            "grad_W_k": np.einsum("bnd,bne->de", x["keys"], _merge(dk)),
-            "grad_W_v": np.einsum("bnd,bne->de", x["values"], _merge(dv)),
-        })
+            q,
+            k,
+            v,
+            result["weights"],
+            _split(grad_concat, h),
+            1 / math.sqrt(D_MODEL // h),
+        )
+        result.update(
+            {
+                "grad_W_o": np.einsum("bnd,bne->de", concat, g),
+                "grad_W_q": np.einsum("bnd,bne->de", x["queries"], _merge(dq)),
+                "grad_W_k": np.einsum("bnd,bne->de", x["keys"], _merge(dk)),
+                "grad_W_v": np.einsum("bnd,bne->de", x["values"], _merge(dv)),
+            }
+        )
     return result
 
 
@@ -146,108 +180,150 @@ def expected(case: str, inputs: dict) -> dict:
 # anchors and of tutorials built on them).
 VARIANTS = (
     # jadore801120/attention-is-all-you-need-pytorch#42, tunz/transformer-pytorch#8
-    Variant("missing-scale",
-            "the scores are not divided by sqrt(d_head).",
-            lambda i: _forward(i, scale="none")),
+    Variant(
+        "missing-scale",
+        "the scores are not divided by sqrt(d_head).",
+        lambda i: _forward(i, scale="none"),
+    ),
     # chelsea0x3b/dfdx#171, brightmart/bert_language_understanding#9,
     # jadore801120/attention-is-all-you-need-pytorch#49, omihub777/ViT-CIFAR#11
-    Variant("scale-uses-d_model",
-            "the scores are divided by sqrt(d_model); each head scales by "
-            "sqrt(d_head), d_head = d_model // num_heads.",
-            lambda i: _forward(i, scale="d_model")),
+    Variant(
+        "scale-uses-d_model",
+        "the scores are divided by sqrt(d_model); each head scales by "
+        "sqrt(d_head), d_head = d_model // num_heads.",
+        lambda i: _forward(i, scale="d_model"),
+    ),
     # FrancescoSaverioZuppichini/ViT#2 and #6: F.softmax(energy) * scaling
-    Variant("scale-after-softmax",
-            "the 1/sqrt(d_head) scaling is applied to the weights after the "
-            "softmax; it scales the SCORES: softmax(Q_h K_h^T / sqrt(d_head)).",
-            lambda i: _forward(i, scale_after=True)),
+    Variant(
+        "scale-after-softmax",
+        "the 1/sqrt(d_head) scaling is applied to the weights after the "
+        "softmax; it scales the SCORES: softmax(Q_h K_h^T / sqrt(d_head)).",
+        lambda i: _forward(i, scale_after=True),
+    ),
     # labmlai/annotated_deep_learning_paper_implementations#282,
     # jadore801120/attention-is-all-you-need-pytorch#52
-    Variant("softmax-axis",
-            "the softmax runs over the queries axis; normalise over the keys "
-            "(last axis).",
-            lambda i: _forward(i, axis=2)),
+    Variant(
+        "softmax-axis",
+        "the softmax runs over the queries axis; normalise over the keys (last axis).",
+        lambda i: _forward(i, axis=2),
+    ),
     # FudanNLP/fastNLP#254: dim=1 from 3-D code is the heads axis in 4-D
-    Variant("softmax-over-heads",
-            "the softmax runs over the heads axis (dim=1 of (batch, num_heads, "
-            "n_q, n_k)); normalise over the keys, the last axis (dim=-1).",
-            lambda i: _forward(i, axis=1)),
-    Variant("missing-output-projection",
-            "the output projection is missing: concatenate the heads, then "
-            "multiply by W_o.",
-            lambda i: _forward(i, out_proj=False)),
+    Variant(
+        "softmax-over-heads",
+        "the softmax runs over the heads axis (dim=1 of (batch, num_heads, "
+        "n_q, n_k)); normalise over the keys, the last axis (dim=-1).",
+        lambda i: _forward(i, axis=1),
+    ),
+    Variant(
+        "missing-output-projection",
+        "the output projection is missing: concatenate the heads, then "
+        "multiply by W_o.",
+        lambda i: _forward(i, out_proj=False),
+    ),
     # hyunwoongko/transformer#15, bentrevett/pytorch-seq2seq#148,
     # harvardnlp/annotated-transformer#17 and #118
-    Variant("head-split-without-transpose",
-            "wrong head split: reshaping (batch, n, d_model) straight to "
-            "(batch, num_heads, n, d_head) mixes positions; reshape to (batch, n, "
-            "num_heads, d_head), then move the head axis forward (and back when "
-            "merging).",
-            lambda i: _forward(i, split="no_transpose")),
-    Variant("head-split-without-transpose-only",
-            "wrong head split: reshaping (batch, n, d_model) straight to "
-            "(batch, num_heads, n, d_head) mixes positions (the weights are "
-            "already wrong); reshape to (batch, n, num_heads, d_head), then move "
-            "the head axis forward.",
-            lambda i: _forward(i, split="no_transpose", merge="ok")),
+    Variant(
+        "head-split-without-transpose",
+        "wrong head split: reshaping (batch, n, d_model) straight to "
+        "(batch, num_heads, n, d_head) mixes positions; reshape to (batch, n, "
+        "num_heads, d_head), then move the head axis forward (and back when "
+        "merging).",
+        lambda i: _forward(i, split="no_transpose"),
+    ),
+    Variant(
+        "head-split-without-transpose-only",
+        "wrong head split: reshaping (batch, n, d_model) straight to "
+        "(batch, num_heads, n, d_head) mixes positions (the weights are "
+        "already wrong); reshape to (batch, n, num_heads, d_head), then move "
+        "the head axis forward.",
+        lambda i: _forward(i, split="no_transpose", merge="ok"),
+    ),
     # jsbaan/transformer-from-scratch#4 / #6, ajhalthor/Transformer-Neural-Network
     # #4 and #8, 649453932/Chinese-Text-Classification-Pytorch#10
-    Variant("head-merge-without-transpose",
-            "the weights are right but the heads are merged wrongly: reshaping "
-            "(batch, num_heads, n, d_head) straight to (batch, n, d_model) mixes "
-            "positions; move the head axis back first: x.transpose(1, 2)"
-            ".reshape(batch, n, d_model) (tf.transpose(x, (0, 2, 1, 3))).",
-            lambda i: _forward(i, merge="no_transpose")),
-    Variant("head-split-interleaved",
-            "wrong head split: head h must use the CONTIGUOUS features "
-            "h*d_head ... (h+1)*d_head - 1, not every num_heads-th feature.",
-            lambda i: _forward(i, split="interleaved")),
+    Variant(
+        "head-merge-without-transpose",
+        "the weights are right but the heads are merged wrongly: reshaping "
+        "(batch, num_heads, n, d_head) straight to (batch, n, d_model) mixes "
+        "positions; move the head axis back first: x.transpose(1, 2)"
+        ".reshape(batch, n, d_model) (tf.transpose(x, (0, 2, 1, 3))).",
+        lambda i: _forward(i, merge="no_transpose"),
+    ),
+    Variant(
+        "head-split-interleaved",
+        "wrong head split: head h must use the CONTIGUOUS features "
+        "h*d_head ... (h+1)*d_head - 1, not every num_heads-th feature.",
+        lambda i: _forward(i, split="interleaved"),
+    ),
     # the (d_head, num_heads) reshape: the split is interleaved, the merge right
-    Variant("head-split-d_head-first",
-            "wrong head split: reshape to (batch, n, num_heads, d_head) -- heads "
-            "first, then d_head -- not (batch, n, d_head, num_heads): head h must "
-            "use the CONTIGUOUS features h*d_head ... (h+1)*d_head - 1.",
-            lambda i: _forward(i, split="interleaved", merge="ok")),
-    Variant("transposed-weights",
-            "the weights are used transposed: the layout is x @ W with W of shape "
-            "(d_in, d_out), not x @ W^T as nn.Linear stores it.",
-            lambda i: _forward(i, transpose_w=True)),
+    Variant(
+        "head-split-d_head-first",
+        "wrong head split: reshape to (batch, n, num_heads, d_head) -- heads "
+        "first, then d_head -- not (batch, n, d_head, num_heads): head h must "
+        "use the CONTIGUOUS features h*d_head ... (h+1)*d_head - 1.",
+        lambda i: _forward(i, split="interleaved", merge="ok"),
+    ),
+    Variant(
+        "transposed-weights",
+        "the weights are used transposed: the layout is x @ W with W of shape "
+        "(d_in, d_out), not x @ W^T as nn.Linear stores it.",
+        lambda i: _forward(i, transpose_w=True),
+    ),
     # yflyzhang/AnnotatedTransformer#1 (value = k_proj(value)),
     # stevezheng23/reading_comprehension_tf#284 (projection reuse)
-    Variant("values-projected-with-W_k",
-            "the values are projected with W_k; V = values @ W_v.",
-            lambda i: _forward(i, projections="qkk")),
-    Variant("one-projection-for-qkv",
-            "one weight projects queries, keys and values; each has its own: "
-            "Q = queries @ W_q, K = keys @ W_k, V = values @ W_v.",
-            lambda i: _forward(i, projections="qqq")),
+    Variant(
+        "values-projected-with-W_k",
+        "the values are projected with W_k; V = values @ W_v.",
+        lambda i: _forward(i, projections="qkk"),
+    ),
+    Variant(
+        "one-projection-for-qkv",
+        "one weight projects queries, keys and values; each has its own: "
+        "Q = queries @ W_q, K = keys @ W_k, V = values @ W_v.",
+        lambda i: _forward(i, projections="qqq"),
+    ),
 )
 
 PADDED = ("padded",)
 MASK_VARIANTS = (
-    Variant("inverted-mask", "the attention_mask polarity is inverted: True = attend.",
-            lambda i: _forward(i, mask="inverted")),
-    Variant("mask-ignored", "attention_mask is not applied.",
-            lambda i: _forward(i, mask="ignored")),
+    Variant(
+        "inverted-mask",
+        "the attention_mask polarity is inverted: True = attend.",
+        lambda i: _forward(i, mask="inverted"),
+    ),
+    Variant(
+        "mask-ignored",
+        "attention_mask is not applied.",
+        lambda i: _forward(i, mask="ignored"),
+    ),
     # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
-    Variant("mask-added",
-            "the bool mask is ADDED to the scores (True counts as +1), which "
-            "masks nothing; fill the masked scores with a large negative number "
-            "(masked_fill(~mask, -1e9) / tf.where(mask, scores, -1e9)).",
-            lambda i: _forward(i, mask="added"), cases=PADDED),
+    Variant(
+        "mask-added",
+        "the bool mask is ADDED to the scores (True counts as +1), which "
+        "masks nothing; fill the masked scores with a large negative number "
+        "(masked_fill(~mask, -1e9) / tf.where(mask, scores, -1e9)).",
+        lambda i: _forward(i, mask="added"),
+        cases=PADDED,
+    ),
     # georg-wolflein/good-features#1, hyunwoongko/transformer#10
-    Variant("mask-zero-fill",
-            "masked scores are set to 0 (or multiplied by the mask), but "
-            "softmax gives a score of 0 the weight exp(0) = 1; fill them with a "
-            "large negative number (-1e9) instead.",
-            lambda i: _forward(i, mask="zero_fill"), cases=PADDED),
+    Variant(
+        "mask-zero-fill",
+        "masked scores are set to 0 (or multiplied by the mask), but "
+        "softmax gives a score of 0 the weight exp(0) = 1; fill them with a "
+        "large negative number (-1e9) instead.",
+        lambda i: _forward(i, mask="zero_fill"),
+        cases=PADDED,
+    ),
     # hyunwoongko/transformer#32, harvardnlp/annotated-transformer#118 ("Same
     # mask applied to all h heads": mask.unsqueeze(1))
-    Variant("mask-missing-head-axis",
-            "the (batch, 1, n_k) mask is broadcast against (batch, num_heads, "
-            "n_q, n_k) without a head axis, so batch element b's mask lands on "
-            "head b; add the head axis: attention_mask[:, None] -> (batch, 1, 1, "
-            "n_k).",
-            lambda i: _forward(i, mask="no_head_axis"), cases=PADDED),
+    Variant(
+        "mask-missing-head-axis",
+        "the (batch, 1, n_k) mask is broadcast against (batch, num_heads, "
+        "n_q, n_k) without a head axis, so batch element b's mask lands on "
+        "head b; add the head axis: attention_mask[:, None] -> (batch, 1, 1, "
+        "n_k).",
+        lambda i: _forward(i, mask="no_head_axis"),
+        cases=PADDED,
+    ),
 )
 
 
@@ -256,22 +332,47 @@ def _hidden(i):
     return ~i["attention_mask"][:, None] if bool(i["has_mask"]) else None
 
 
-
-NOTES = {"two_heads": "batch 2, 3 queries, 4 keys, d_model 8, 2 heads",
-         "four_heads": "the same inputs with 4 heads (d_head 2)",
-         "padded": "2 heads, padding mask (batch, 1, n_k) for lengths 4 and 2"}
-REMINDER = ("project with W_q/W_k/W_v, split features into contiguous heads, "
-            "softmax(Q_h K_h^T / sqrt(d_head)) over keys, concatenate in head order, "
-            "multiply by W_o.")
+NOTES = {
+    "two_heads": "batch 2, 3 queries, 4 keys, d_model 8, 2 heads",
+    "four_heads": "the same inputs with 4 heads (d_head 2)",
+    "padded": "2 heads, padding mask (batch, 1, n_k) for lengths 4 and 2",
+}
+REMINDER = (
+    "project with W_q/W_k/W_v, split features into contiguous heads, "
+    "softmax(Q_h K_h^T / sqrt(d_head)) over keys, concatenate in head order, "
+    "multiply by W_o."
+)
 CHECKS = {
-    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=VARIANTS,
-                     case_notes=NOTES, reminder=REMINDER, hidden=_hidden),
-    "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS, compare=("weights", "outputs"), variants=MASK_VARIANTS + VARIANTS, case_notes=NOTES,
-                   reminder=REMINDER, hidden=_hidden),
-    "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_W_o"),
-                       variants=VARIANTS, case_notes=NOTES,
-                       reminder="gradients of sum(outputs * g) must reach all four "
-                                "weights (check the forward test first)."),
+    "forward": Check(
+        name="forward",
+        runner=RUNS["forward"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+        hidden=_hidden,
+    ),
+    "masks": Check(
+        name="masks",
+        runner=RUNS["masks"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=MASK_VARIANTS + VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+        hidden=_hidden,
+    ),
+    "gradients": Check(
+        name="gradients",
+        runner=RUNS["gradients"],
+        targets=TARGETS,
+        compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_W_o"),
+        variants=VARIANTS,
+        case_notes=NOTES,
+        reminder="gradients of sum(outputs * g) must reach all four "
+        "weights (check the forward test first).",
+    ),
 }
 
 

@@ -29,16 +29,21 @@ def make_cases() -> dict:
     r = rng(SEED)
     d_q, d_k, h = 5, 3, 6
     additive = {
-        "queries": r.normal(size=(2, 3, d_q)), "keys": r.normal(size=(2, 4, d_k)),
+        "queries": r.normal(size=(2, 3, d_q)),
+        "keys": r.normal(size=(2, 4, d_k)),
         "W": r.normal(size=(d_q + d_k, h)) / math.sqrt(d_q + d_k),
-        "b": r.normal(size=(h,)), "v": r.normal(size=(h,)),
+        "b": r.normal(size=(h,)),
+        "v": r.normal(size=(h,)),
     }
     projected = {
-        "queries": r.normal(size=(2, 3, 5)), "keys": r.normal(size=(2, 4, 3)),
-        "W_q": r.normal(size=(5, 8)), "W_k": r.normal(size=(3, 8)),
+        "queries": r.normal(size=(2, 3, 5)),
+        "keys": r.normal(size=(2, 4, 3)),
+        "W_q": r.normal(size=(5, 8)),
+        "W_k": r.normal(size=(3, 8)),
     }
     bilinear = {
-        "queries": r.normal(size=(2, 3, 5)), "keys": r.normal(size=(2, 4, 5)),
+        "queries": r.normal(size=(2, 3, 5)),
+        "keys": r.normal(size=(2, 4, 5)),
         "W": r.normal(size=(5, 5)),
     }
     return {"additive": additive, "projected_dot": projected, "bilinear": bilinear}
@@ -64,9 +69,13 @@ def _projected(i, scale="sqrt_h"):
     q, k = i["queries"] @ i["W_q"], i["keys"] @ i["W_k"]
     s = q @ np.swapaxes(k, -1, -2)
     h = i["W_q"].shape[1]
-    div = {"sqrt_h": math.sqrt(h), "none": 1.0, "h": h,
-           "sqrt_dq": math.sqrt(i["queries"].shape[-1]),
-           "sqrt_dk": math.sqrt(i["keys"].shape[-1])}[scale]
+    div = {
+        "sqrt_h": math.sqrt(h),
+        "none": 1.0,
+        "h": h,
+        "sqrt_dq": math.sqrt(i["queries"].shape[-1]),
+        "sqrt_dk": math.sqrt(i["keys"].shape[-1]),
+    }[scale]
     return {"scores": s / div}
 
 
@@ -77,82 +86,124 @@ def _bilinear(i, transpose=False, scaled=False):
 
 
 def expected(case: str, inputs: dict) -> dict:
-    return {"additive": _additive, "projected_dot": _projected,
-            "bilinear": _bilinear}[case](inputs)
+    return {"additive": _additive, "projected_dot": _projected, "bilinear": _bilinear}[
+        case
+    ](inputs)
 
 
 # Each variant cites where learners report the mistake.
 ADDITIVE_VARIANTS = (
     # tensorflow/nmt#257 (the tanh left out of the attention layer)
-    Variant("missing-tanh", "the tanh is missing: the score is v . tanh([q; k] W + b).",
-            lambda i: _additive(i, tanh=False)),
-    Variant("concat-order",
-            "the concatenation order is swapped: [q; k] puts the query first, so the "
-            "first d_q rows of W multiply the query and the last d_k rows the key.",
-            lambda i: _additive(i, order="kq")),
+    Variant(
+        "missing-tanh",
+        "the tanh is missing: the score is v . tanh([q; k] W + b).",
+        lambda i: _additive(i, tanh=False),
+    ),
+    Variant(
+        "concat-order",
+        "the concatenation order is swapped: [q; k] puts the query first, so the "
+        "first d_q rows of W multiply the query and the last d_k rows the key.",
+        lambda i: _additive(i, order="kq"),
+    ),
     # OpenNMT/OpenNMT-py#892, tensorflow/tensorflow#12111 (bias or no bias)
-    Variant("missing-bias", "the bias b is missing: tanh([q; k] W + b).",
-            lambda i: _additive(i, bias="none")),
-    Variant("bias-outside-tanh",
-            "the bias is added after the tanh; it belongs inside: tanh([q; k] W + b).",
-            lambda i: _additive(i, bias="outside")),
+    Variant(
+        "missing-bias",
+        "the bias b is missing: tanh([q; k] W + b).",
+        lambda i: _additive(i, bias="none"),
+    ),
+    Variant(
+        "bias-outside-tanh",
+        "the bias is added after the tanh; it belongs inside: tanh([q; k] W + b).",
+        lambda i: _additive(i, bias="outside"),
+    ),
     # tensorflow/tensorflow#39332 and #43471 (Keras AdditiveAttention sums the
     # tanh features, no v)
-    Variant("v-ignored",
-            "the tanh features are summed instead of weighted by v: the score is "
-            "v . tanh(...), a dot product with v.",
-            lambda i: _additive(i, use_v=False)),
+    Variant(
+        "v-ignored",
+        "the tanh features are summed instead of weighted by v: the score is "
+        "v . tanh(...), a dot product with v.",
+        lambda i: _additive(i, use_v=False),
+    ),
 )
 
 PROJECTED_VARIANTS = (
     # tunz/transformer-pytorch#8
-    Variant("missing-scale",
-            "the 1/sqrt(d_k) scaling is missing: divide the dot products by "
-            "sqrt(h), h = W_q.shape[1] (the size of the projected queries and keys).",
-            lambda i: _projected(i, "none")),
+    Variant(
+        "missing-scale",
+        "the 1/sqrt(d_k) scaling is missing: divide the dot products by "
+        "sqrt(h), h = W_q.shape[1] (the size of the projected queries and keys).",
+        lambda i: _projected(i, "none"),
+    ),
     # jadore801120/attention-is-all-you-need-pytorch#42 and #49 (sqrt of the
     # model size, not of the projected size)
-    Variant("scale-input-size",
-            "the scores are divided by the square root of the INPUT size; use the "
-            "size of the projected vectors, h = W_q.shape[1].",
-            lambda i: _projected(i, "sqrt_dq")),
-    Variant("scale-key-input-size",
-            "the scores are divided by the square root of the keys' input size; use "
-            "the size of the projected vectors, h = W_q.shape[1].",
-            lambda i: _projected(i, "sqrt_dk")),
+    Variant(
+        "scale-input-size",
+        "the scores are divided by the square root of the INPUT size; use the "
+        "size of the projected vectors, h = W_q.shape[1].",
+        lambda i: _projected(i, "sqrt_dq"),
+    ),
+    Variant(
+        "scale-key-input-size",
+        "the scores are divided by the square root of the keys' input size; use "
+        "the size of the projected vectors, h = W_q.shape[1].",
+        lambda i: _projected(i, "sqrt_dk"),
+    ),
     # thegregyang/NTK4A#3 (1/d instead of 1/sqrt(d))
-    Variant("scale-not-sqrt",
-            "the scores are divided by h instead of sqrt(h).",
-            lambda i: _projected(i, "h")),
+    Variant(
+        "scale-not-sqrt",
+        "the scores are divided by h instead of sqrt(h).",
+        lambda i: _projected(i, "h"),
+    ),
 )
 
 BILINEAR_VARIANTS = (
     # dido1998/Recurrent-Independent-Mechanisms#9 (nn.Linear computes x A^T)
-    Variant("transposed-weights",
-            "W is used transposed: the score is q W k^T with W of shape (d_q, d_k), "
-            "i.e. (queries @ W) @ keys^T.",
-            lambda i: _bilinear(i, transpose=True)),
-    Variant("scaled-bilinear",
-            "the bilinear score is not scaled: do not divide by sqrt(d).",
-            lambda i: _bilinear(i, scaled=True)),
+    Variant(
+        "transposed-weights",
+        "W is used transposed: the score is q W k^T with W of shape (d_q, d_k), "
+        "i.e. (queries @ W) @ keys^T.",
+        lambda i: _bilinear(i, transpose=True),
+    ),
+    Variant(
+        "scaled-bilinear",
+        "the bilinear score is not scaled: do not divide by sqrt(d).",
+        lambda i: _bilinear(i, scaled=True),
+    ),
 )
 
 
 def _check(kind, variants, note, reminder):
     base, _ = FUNCTIONS[kind]
-    return Check(name=kind, runner=RUNS[kind], targets={f: f"{base}_{f}" for f in ("tf", "torch")},
-                 compare=("scores",), variants=variants, case_notes={kind: note}, reminder=reminder)
+    return Check(
+        name=kind,
+        runner=RUNS[kind],
+        targets={f: f"{base}_{f}" for f in ("tf", "torch")},
+        compare=("scores",),
+        variants=variants,
+        case_notes={kind: note},
+        reminder=reminder,
+    )
 
 
 CHECKS = {
-    "additive": _check("additive", ADDITIVE_VARIANTS,
-                       "batch 2, 3 queries (d_q=5), 4 keys (d_k=3), h=6",
-                       "scores[b, i, j] = v . tanh([q_i; k_j] W + b)."),
-    "projected_dot": _check("projected_dot", PROJECTED_VARIANTS,
-                            "d_q=5, d_k=3, projected size h=8",
-                            "scores = (q W_q)(k W_k)^T / sqrt(h), h = W_q.shape[1]."),
-    "bilinear": _check("bilinear", BILINEAR_VARIANTS, "d_q = d_k = 5",
-                       "scores = q W k^T with W (d_q, d_k)."),
+    "additive": _check(
+        "additive",
+        ADDITIVE_VARIANTS,
+        "batch 2, 3 queries (d_q=5), 4 keys (d_k=3), h=6",
+        "scores[b, i, j] = v . tanh([q_i; k_j] W + b).",
+    ),
+    "projected_dot": _check(
+        "projected_dot",
+        PROJECTED_VARIANTS,
+        "d_q=5, d_k=3, projected size h=8",
+        "scores = (q W_q)(k W_k)^T / sqrt(h), h = W_q.shape[1].",
+    ),
+    "bilinear": _check(
+        "bilinear",
+        BILINEAR_VARIANTS,
+        "d_q = d_k = 5",
+        "scores = q W k^T with W (d_q, d_k).",
+    ),
 }
 
 

@@ -52,19 +52,32 @@ def make_cases() -> dict:
     padding = numeric.lengths_mask(np.array([5, 3]), SEQ)[:, None, :]  # (2, 1, 5)
     no_mask = np.ones((1, 1, 1), dtype=bool)
     cases = {}
-    for name, causal, mask in (("plain", False, None),
-                               ("padded", False, padding),
-                               ("causal", True, None),
-                               ("causal_padded", True, padding)):
-        case = dict(base, causal=np.array(causal),
-                    has_mask=np.array(mask is not None),
-                    attention_mask=no_mask if mask is None else mask)
+    for name, causal, mask in (
+        ("plain", False, None),
+        ("padded", False, padding),
+        ("causal", True, None),
+        ("causal_padded", True, padding),
+    ):
+        case = dict(
+            base,
+            causal=np.array(causal),
+            has_mask=np.array(mask is not None),
+            attention_mask=no_mask if mask is None else mask,
+        )
         cases[name] = case
     return cases
 
 
-def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok",
-             projections="qkv", scale_after=False):
+def _forward(
+    i,
+    scale="d_k",
+    axis=-1,
+    swap_qk=False,
+    mask="ok",
+    causal="ok",
+    projections="qkv",
+    scale_after=False,
+):
     """The reference and its wrong variants. ``projections`` names the weights
     for Q, K, V; ``mask``: ok, inverted, ignored, added (scores + mask),
     zero_fill (hidden scores set to 0, padding and causal), queries (the
@@ -74,8 +87,13 @@ def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok",
     if swap_qk:
         q, k = k, q
     s = q @ np.swapaxes(k, -1, -2)
-    div = {"d_k": D_K, "none": 1.0, "d_v": D_V, "input_dim": INPUT_DIM,
-           "d_k_no_sqrt": D_K ** 2}[scale]
+    div = {
+        "d_k": D_K,
+        "none": 1.0,
+        "d_v": D_V,
+        "input_dim": INPUT_DIM,
+        "d_k_no_sqrt": D_K**2,
+    }[scale]
     if not scale_after:
         s = s / math.sqrt(div)
     n = x.shape[1]
@@ -90,8 +108,11 @@ def _forward(i, scale="d_k", axis=-1, swap_qk=False, mask="ok", causal="ok",
         else:
             m = m & (~pad if mask == "inverted" else pad)
     if bool(i["causal"]) and causal != "ignored":
-        tri = {"ok": numeric.causal(n), "flipped": numeric.causal(n).T,
-               "strict": np.tril(np.ones((n, n), dtype=bool), -1)}[causal]
+        tri = {
+            "ok": numeric.causal(n),
+            "flipped": numeric.causal(n).T,
+            "strict": np.tril(np.ones((n, n), dtype=bool), -1),
+        }[causal]
         m = m & tri
     m = np.broadcast_to(m, s.shape)
     if mask == "zero_fill":  # every hidden score set to 0, nothing zeroed after
@@ -112,13 +133,16 @@ def expected(case: str, inputs: dict) -> dict:
         q, k, v = (x @ inputs[w] for w in WEIGHTS)
         scale = 1 / math.sqrt(D_K)
         dq, dk, dv = numeric.attention_backward(q, k, v, result["weights"], g, scale)
-        result.update({
-            "grad_W_q": np.einsum("bnd,bne->de", x, dq),
-            "grad_W_k": np.einsum("bnd,bne->de", x, dk),
-            "grad_W_v": np.einsum("bnd,bne->de", x, dv),
-            "grad_inputs": dq @ inputs["W_q"].T + dk @ inputs["W_k"].T
-                           + dv @ inputs["W_v"].T,
-        })
+        result.update(
+            {
+                "grad_W_q": np.einsum("bnd,bne->de", x, dq),
+                "grad_W_k": np.einsum("bnd,bne->de", x, dk),
+                "grad_W_v": np.einsum("bnd,bne->de", x, dv),
+                "grad_inputs": dq @ inputs["W_q"].T
+                + dk @ inputs["W_k"].T
+                + dv @ inputs["W_v"].T,
+            }
+        )
     return result
 
 
@@ -126,77 +150,120 @@ def expected(case: str, inputs: dict) -> dict:
 # anchors and of tutorials built on them).
 FORWARD_VARIANTS = (
     # tunz/transformer-pytorch#8
-    Variant("missing-scale",
-            "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)).",
-            lambda i: _forward(i, scale="none")),
-    Variant("scale-uses-d_v",
-            "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the size "
-            "of queries and keys.",
-            lambda i: _forward(i, scale="d_v")),
+    Variant(
+        "missing-scale",
+        "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)).",
+        lambda i: _forward(i, scale="none"),
+    ),
+    Variant(
+        "scale-uses-d_v",
+        "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the size "
+        "of queries and keys.",
+        lambda i: _forward(i, scale="d_v"),
+    ),
     # jadore801120/attention-is-all-you-need-pytorch#42 (sqrt(d_model))
-    Variant("scale-uses-input_dim",
-            "the scores are divided by sqrt(input_dim); the scale is sqrt(d_k), the "
-            "size of the projected queries and keys.",
-            lambda i: _forward(i, scale="input_dim")),
+    Variant(
+        "scale-uses-input_dim",
+        "the scores are divided by sqrt(input_dim); the scale is sqrt(d_k), the "
+        "size of the projected queries and keys.",
+        lambda i: _forward(i, scale="input_dim"),
+    ),
     # thegregyang/NTK4A#3 (1/d instead of 1/sqrt(d))
-    Variant("scale-not-sqrt", "the scores are divided by d_k instead of sqrt(d_k).",
-            lambda i: _forward(i, scale="d_k_no_sqrt")),
+    Variant(
+        "scale-not-sqrt",
+        "the scores are divided by d_k instead of sqrt(d_k).",
+        lambda i: _forward(i, scale="d_k_no_sqrt"),
+    ),
     # FrancescoSaverioZuppichini/ViT#2 and #6: F.softmax(energy) * scaling
-    Variant("scale-after-softmax",
-            "the 1/sqrt(d_k) scaling is applied to the weights after the softmax; "
-            "it scales the SCORES: softmax(Q K^T / sqrt(d_k)).",
-            lambda i: _forward(i, scale_after=True)),
+    Variant(
+        "scale-after-softmax",
+        "the 1/sqrt(d_k) scaling is applied to the weights after the softmax; "
+        "it scales the SCORES: softmax(Q K^T / sqrt(d_k)).",
+        lambda i: _forward(i, scale_after=True),
+    ),
     # labmlai/annotated_deep_learning_paper_implementations#282,
     # nerminnuraydogan/vision-transformer#1
-    Variant("softmax-axis",
-            "the softmax runs over the queries axis; each query (row) needs a "
-            "distribution over the keys (last axis).",
-            lambda i: _forward(i, axis=1)),
-    Variant("queries-keys-swapped",
-            "queries and keys are swapped (K Q^T instead of Q K^T): row i of the "
-            "scores must hold query i against every key.",
-            lambda i: _forward(i, swap_qk=True)),
+    Variant(
+        "softmax-axis",
+        "the softmax runs over the queries axis; each query (row) needs a "
+        "distribution over the keys (last axis).",
+        lambda i: _forward(i, axis=1),
+    ),
+    Variant(
+        "queries-keys-swapped",
+        "queries and keys are swapped (K Q^T instead of Q K^T): row i of the "
+        "scores must hold query i against every key.",
+        lambda i: _forward(i, swap_qk=True),
+    ),
     # stevezheng23/reading_comprehension_tf#284 (projection reuse),
     # Khaliladib11/Transformer-from-scratch#1 (self.key used for the queries)
-    Variant("keys-projected-with-W_q",
-            "the keys are projected with W_q, so the scores compare Q with itself; "
-            "K = inputs @ W_k.",
-            lambda i: _forward(i, projections="qqv")),
+    Variant(
+        "keys-projected-with-W_q",
+        "the keys are projected with W_q, so the scores compare Q with itself; "
+        "K = inputs @ W_k.",
+        lambda i: _forward(i, projections="qqv"),
+    ),
 )
 
 PADDED, CAUSAL = ("padded", "causal_padded"), ("causal", "causal_padded")
 MASK_VARIANTS = (
-    Variant("inverted-mask",
-            "the attention_mask polarity is inverted: True = attend.",
-            lambda i: _forward(i, mask="inverted"), cases=PADDED),
-    Variant("mask-ignored", "attention_mask is not applied.",
-            lambda i: _forward(i, mask="ignored"), cases=PADDED),
+    Variant(
+        "inverted-mask",
+        "the attention_mask polarity is inverted: True = attend.",
+        lambda i: _forward(i, mask="inverted"),
+        cases=PADDED,
+    ),
+    Variant(
+        "mask-ignored",
+        "attention_mask is not applied.",
+        lambda i: _forward(i, mask="ignored"),
+        cases=PADDED,
+    ),
     # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
-    Variant("mask-added",
-            "the bool mask is ADDED to the scores (True counts as +1), which "
-            "masks nothing; fill the masked scores with a large negative number.",
-            lambda i: _forward(i, mask="added"), cases=PADDED),
+    Variant(
+        "mask-added",
+        "the bool mask is ADDED to the scores (True counts as +1), which "
+        "masks nothing; fill the masked scores with a large negative number.",
+        lambda i: _forward(i, mask="added"),
+        cases=PADDED,
+    ),
     # georg-wolflein/good-features#1, hyunwoongko/transformer#10
-    Variant("mask-zero-fill",
-            "masked scores are set to 0 (or multiplied by the mask), but softmax "
-            "gives a score of 0 the weight exp(0) = 1; fill them with -1e9.",
-            lambda i: _forward(i, mask="zero_fill"), cases=PADDED + ("causal",)),
+    Variant(
+        "mask-zero-fill",
+        "masked scores are set to 0 (or multiplied by the mask), but softmax "
+        "gives a score of 0 the weight exp(0) = 1; fill them with -1e9.",
+        lambda i: _forward(i, mask="zero_fill"),
+        cases=PADDED + ("causal",),
+    ),
     # lsdefine/attention-is-all-you-need-keras#16 (mask broadcast over queries)
-    Variant("mask-on-queries",
-            "the padding mask is applied along the queries (rows), not the keys "
-            "(columns): attention_mask is (batch, 1, seq), keys on the LAST axis "
-            "-- do not transpose it.",
-            lambda i: _forward(i, mask="queries"), cases=PADDED),
-    Variant("causal-flipped",
-            "the causal mask points the wrong way: query i may attend to keys "
-            "j <= i (the past and itself), not to the future.",
-            lambda i: _forward(i, causal="flipped"), cases=CAUSAL),
-    Variant("causal-excludes-diagonal",
-            "the causal mask hides the diagonal: query i may also attend to "
-            "itself (j <= i).",
-            lambda i: _forward(i, causal="strict"), cases=CAUSAL),
-    Variant("causal-ignored", "causal=True does not hide the future keys.",
-            lambda i: _forward(i, causal="ignored"), cases=CAUSAL),
+    Variant(
+        "mask-on-queries",
+        "the padding mask is applied along the queries (rows), not the keys "
+        "(columns): attention_mask is (batch, 1, seq), keys on the LAST axis "
+        "-- do not transpose it.",
+        lambda i: _forward(i, mask="queries"),
+        cases=PADDED,
+    ),
+    Variant(
+        "causal-flipped",
+        "the causal mask points the wrong way: query i may attend to keys "
+        "j <= i (the past and itself), not to the future.",
+        lambda i: _forward(i, causal="flipped"),
+        cases=CAUSAL,
+    ),
+    Variant(
+        "causal-excludes-diagonal",
+        "the causal mask hides the diagonal: query i may also attend to "
+        "itself (j <= i).",
+        lambda i: _forward(i, causal="strict"),
+        cases=CAUSAL,
+    ),
+    Variant(
+        "causal-ignored",
+        "causal=True does not hide the future keys.",
+        lambda i: _forward(i, causal="ignored"),
+        cases=CAUSAL,
+    ),
 )
 
 
@@ -211,23 +278,47 @@ def _hidden(i):
     return ~m
 
 
-
-NOTES = {"plain": "batch 2, seq 5, input_dim 6, d_k 4, d_v 3; no mask",
-         "padded": "padding mask (batch, 1, seq) for lengths 5 and 3",
-         "causal": "causal=True, no attention_mask",
-         "causal_padded": "causal=True and a padding mask"}
-REMINDER = ("Q, K, V = X W_q, X W_k, X W_v; softmax(Q K^T / sqrt(d_k)) over keys, "
-            "masked where attention_mask is False or (causal) key j > query i.")
+NOTES = {
+    "plain": "batch 2, seq 5, input_dim 6, d_k 4, d_v 3; no mask",
+    "padded": "padding mask (batch, 1, seq) for lengths 5 and 3",
+    "causal": "causal=True, no attention_mask",
+    "causal_padded": "causal=True and a padding mask",
+}
+REMINDER = (
+    "Q, K, V = X W_q, X W_k, X W_v; softmax(Q K^T / sqrt(d_k)) over keys, "
+    "masked where attention_mask is False or (causal) key j > query i."
+)
 CHECKS = {
-    "forward": Check(name="forward", runner=RUNS["forward"], targets=TARGETS, compare=("weights", "outputs"), variants=FORWARD_VARIANTS, case_notes=NOTES, reminder=REMINDER,
-                     hidden=_hidden),
-    "masks": Check(name="masks", runner=RUNS["masks"], targets=TARGETS,
-                   compare=("weights", "outputs"), variants=MASK_VARIANTS + FORWARD_VARIANTS, case_notes=NOTES,
-                   reminder=REMINDER, hidden=_hidden),
-    "gradients": Check(name="gradients", runner=RUNS["gradients"], targets=TARGETS, compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
-                       variants=FORWARD_VARIANTS, case_notes=NOTES,
-                       reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
-                                "W_v and the inputs (check the forward test first)."),
+    "forward": Check(
+        name="forward",
+        runner=RUNS["forward"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=FORWARD_VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+        hidden=_hidden,
+    ),
+    "masks": Check(
+        name="masks",
+        runner=RUNS["masks"],
+        targets=TARGETS,
+        compare=("weights", "outputs"),
+        variants=MASK_VARIANTS + FORWARD_VARIANTS,
+        case_notes=NOTES,
+        reminder=REMINDER,
+        hidden=_hidden,
+    ),
+    "gradients": Check(
+        name="gradients",
+        runner=RUNS["gradients"],
+        targets=TARGETS,
+        compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
+        variants=FORWARD_VARIANTS,
+        case_notes=NOTES,
+        reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
+        "W_v and the inputs (check the forward test first).",
+    ),
 }
 
 
@@ -256,6 +347,7 @@ def crosscheck(case: str, inputs: dict, exp: dict) -> None:
         x = torch.tensor(inputs["inputs"], requires_grad=True)
         (mod(x) * torch.tensor(inputs["upstream"])).sum().backward()
         for wname in WEIGHTS:
-            np.testing.assert_allclose(getattr(mod, wname).grad.numpy(),
-                                       exp[f"grad_{wname}"], atol=1e-12)
+            np.testing.assert_allclose(
+                getattr(mod, wname).grad.numpy(), exp[f"grad_{wname}"], atol=1e-12
+            )
         np.testing.assert_allclose(x.grad.numpy(), exp["grad_inputs"], atol=1e-12)

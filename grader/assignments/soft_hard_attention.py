@@ -41,8 +41,14 @@ def make_cases() -> dict:
     for idx in np.ndindex(uniforms.shape):
         while np.min(np.abs(uniforms[idx] - boundaries[idx])) < MARGIN:
             uniforms[idx] = r.uniform()
-    return {"main": {"scores": scores, "values": values, "uniforms": uniforms,
-                     "upstream": r.normal(size=(3, 4))}}
+    return {
+        "main": {
+            "scores": scores,
+            "values": values,
+            "uniforms": uniforms,
+            "upstream": r.normal(size=(3, 4)),
+        }
+    }
 
 
 def _gather(values, idx):
@@ -80,55 +86,86 @@ def _log_probs(i, fn):
 
 
 SAMPLE_VARIANTS = (
-    Variant("argmax-not-sampled",
-            "you picked the most probable key (argmax); sample instead: the key is "
-            "the smallest j with u < p_0 + ... + p_j for the given uniform u.",
-            _argmax),
-    Variant("softmax-axis",
-            "the softmax runs over the queries axis; each query's distribution is "
-            "over the keys (last axis).",
-            lambda i: _hard(i, lambda s: numeric.softmax(s, axis=1))),
-    Variant("unnormalised-probabilities",
-            "the cumulative sum is taken over unnormalised exp(scores) (or the raw "
-            "scores); sample from the probabilities p = softmax(scores).",
-            lambda i: _hard(i, np.exp)),
-    Variant("cdf-from-the-end",
-            "the cumulative sum runs from the last key; it starts at key 0.",
-            lambda i: {k: v for k, v in _hard(
-                {**i, "scores": i["scores"][..., ::-1],
-                 "values": i["values"][:, ::-1]}).items() if k == "outputs"}),
+    Variant(
+        "argmax-not-sampled",
+        "you picked the most probable key (argmax); sample instead: the key is "
+        "the smallest j with u < p_0 + ... + p_j for the given uniform u.",
+        _argmax,
+    ),
+    Variant(
+        "softmax-axis",
+        "the softmax runs over the queries axis; each query's distribution is "
+        "over the keys (last axis).",
+        lambda i: _hard(i, lambda s: numeric.softmax(s, axis=1)),
+    ),
+    Variant(
+        "unnormalised-probabilities",
+        "the cumulative sum is taken over unnormalised exp(scores) (or the raw "
+        "scores); sample from the probabilities p = softmax(scores).",
+        lambda i: _hard(i, np.exp),
+    ),
+    Variant(
+        "cdf-from-the-end",
+        "the cumulative sum runs from the last key; it starts at key 0.",
+        lambda i: {
+            k: v
+            for k, v in _hard(
+                {**i, "scores": i["scores"][..., ::-1], "values": i["values"][:, ::-1]}
+            ).items()
+            if k == "outputs"
+        },
+    ),
 )
 
 LOG_PROB_VARIANTS = (
-    Variant("probability-not-log",
-            "you returned the probability p_j; return its logarithm log p_j.",
-            lambda i: _log_probs(i, numeric.softmax)),
+    Variant(
+        "probability-not-log",
+        "you returned the probability p_j; return its logarithm log p_j.",
+        lambda i: _log_probs(i, numeric.softmax),
+    ),
     # kevinzakka/recurrent-visual-attention#10: the REINFORCE loss is
     # -log_pi * reward; the log-probability itself has no minus sign
-    Variant("negated-log-prob",
-            "log_probs has the wrong sign: return log p_j (<= 0); the minus sign "
-            "belongs to a REINFORCE loss, -log p_j * reward, not here.",
-            lambda i: _log_probs(i, lambda s: -np.log(numeric.softmax(s)))),
-    Variant("unnormalised-log-probability",
-            "log_probs is the raw score s_j; the log-probability is "
-            "s_j - logsumexp(s) (log_softmax).",
-            lambda i: _log_probs(i, lambda s: s)),
-    Variant("softmax-axis",
-            "the softmax runs over the queries axis; normalise over the keys.",
-            lambda i: _log_probs(i, lambda s: np.log(numeric.softmax(s, axis=1)))),
+    Variant(
+        "negated-log-prob",
+        "log_probs has the wrong sign: return log p_j (<= 0); the minus sign "
+        "belongs to a REINFORCE loss, -log p_j * reward, not here.",
+        lambda i: _log_probs(i, lambda s: -np.log(numeric.softmax(s))),
+    ),
+    Variant(
+        "unnormalised-log-probability",
+        "log_probs is the raw score s_j; the log-probability is "
+        "s_j - logsumexp(s) (log_softmax).",
+        lambda i: _log_probs(i, lambda s: s),
+    ),
+    Variant(
+        "softmax-axis",
+        "the softmax runs over the queries axis; normalise over the keys.",
+        lambda i: _log_probs(i, lambda s: np.log(numeric.softmax(s, axis=1))),
+    ),
 )
 
 
 NOTE = {"main": "batch 3, 4 queries, 6 keys, uniforms kept away from CDF boundaries"}
 CHECKS = {
-    "sample": Check(name="sample", runner=RUNS["sample"], targets=TARGETS, compare=("indices", "outputs"), variants=SAMPLE_VARIANTS,
+    "sample": Check(
+        name="sample",
+        runner=RUNS["sample"],
+        targets=TARGETS,
+        compare=("indices", "outputs"),
+        variants=SAMPLE_VARIANTS,
         case_notes=NOTE,
         reminder="index = smallest j with u < cumsum(softmax(scores))[j]; outputs = "
-                 "values[b, index].",
+        "values[b, index].",
     ),
-    "log_prob": Check(name="log_prob", runner=RUNS["log_prob"], targets=TARGETS, compare=("log_probs", "grad_scores"), variants=SAMPLE_VARIANTS + LOG_PROB_VARIANTS, case_notes=NOTE,
+    "log_prob": Check(
+        name="log_prob",
+        runner=RUNS["log_prob"],
+        targets=TARGETS,
+        compare=("log_probs", "grad_scores"),
+        variants=SAMPLE_VARIANTS + LOG_PROB_VARIANTS,
+        case_notes=NOTE,
         reminder="log_probs = log softmax(scores)[index], computed with framework "
-                 "operations so it has a gradient w.r.t. the scores.",
+        "operations so it has a gradient w.r.t. the scores.",
     ),
 }
 
@@ -152,8 +189,12 @@ def crosscheck(case: str, inputs: dict, exp: dict) -> None:
     # inverse-CDF sampling is sampling: a fine grid of u reproduces p
     p = w[0, 0]
     grid = (np.arange(4000) + 0.5) / 4000
-    freq = np.bincount(_inverse_cdf(np.broadcast_to(p, (4000, p.size)), grid),
-                       minlength=p.size) / grid.size
+    freq = (
+        np.bincount(
+            _inverse_cdf(np.broadcast_to(p, (4000, p.size)), grid), minlength=p.size
+        )
+        / grid.size
+    )
     np.testing.assert_allclose(freq, p, atol=1e-3)
     st = torch.tensor(s, requires_grad=True)
     logp_t = torch.log(atorch.masked_softmax(st))

@@ -25,8 +25,12 @@ def to_framework(framework: str, x, *, variable=False):
     if framework == "torch":
         import torch
 
-        dtype = {"f": torch.float32, "b": torch.bool, "i": torch.int64,
-                 "u": torch.int64}[x.dtype.kind]
+        dtype = {
+            "f": torch.float32,
+            "b": torch.bool,
+            "i": torch.int64,
+            "u": torch.int64,
+        }[x.dtype.kind]
         t = torch.tensor(x, dtype=dtype)
         return t.requires_grad_(True) if variable else t
     raise ValueError(f"unknown framework {framework!r}; use one of {FRAMEWORKS}")
@@ -66,8 +70,11 @@ def unpack(result, names: tuple[str, ...], what: str) -> dict:
             )
         return {names[0]: result}
     if not isinstance(result, tuple | list) or len(result) != len(names):
-        got = (f"a {type(result).__name__} of {len(result)} items"
-               if isinstance(result, tuple | list) else type(result).__name__)
+        got = (
+            f"a {type(result).__name__} of {len(result)} items"
+            if isinstance(result, tuple | list)
+            else type(result).__name__
+        )
         raise GradingError(
             f"{what} should return a tuple ({', '.join(names)}), got {got}"
         )
@@ -83,9 +90,13 @@ def tf_gradients(framework_fn, sources: dict, loss_fn):
     import tensorflow as tf
 
     # Keras 3 variables wrap a tf.Variable in ``.value``; tapes need the latter
-    targets = [s.value if not isinstance(s, tf.Variable | tf.Tensor)
-               and isinstance(getattr(s, "value", None), tf.Variable) else s
-               for s in sources.values()]
+    targets = [
+        s.value
+        if not isinstance(s, tf.Variable | tf.Tensor)
+        and isinstance(getattr(s, "value", None), tf.Variable)
+        else s
+        for s in sources.values()
+    ]
     with tf.GradientTape(persistent=True) as tape:
         for s in targets:
             if not isinstance(s, tf.Variable):

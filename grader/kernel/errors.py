@@ -29,13 +29,22 @@ class GradingError(AssertionError):
 def _student_frames(tb) -> list[str]:
     """Formatted frames of ``tb`` after the last grader frame (the student's code)."""
     frames = traceback.extract_tb(tb)
-    last_grader = max((i for i, f in enumerate(frames)
-                       if os.path.abspath(f.filename).startswith(_GRADING_DIR)),
-                      default=-1)
-    frames = frames[last_grader + 1:]
+    last_grader = max(
+        (
+            i
+            for i, f in enumerate(frames)
+            if os.path.abspath(f.filename).startswith(_GRADING_DIR)
+        ),
+        default=-1,
+    )
+    frames = frames[last_grader + 1 :]
     # framework internals say little: keep the student's frames and the last one
-    frames = [f for i, f in enumerate(frames) if i == len(frames) - 1
-              or not re.search(r"[/\\](site|dist)-packages[/\\]", f.filename)]
+    frames = [
+        f
+        for i, f in enumerate(frames)
+        if i == len(frames) - 1
+        or not re.search(r"[/\\](site|dist)-packages[/\\]", f.filename)
+    ]
     return traceback.format_list(frames[-MAX_FRAMES:])
 
 
@@ -54,77 +63,125 @@ def redact(text: str) -> str:
 # of the frames it came through or None, advice). First match wins; kept here,
 # inside the kernel, because only the kernel sees the exception. Patterns from
 # the messages of PyTorch 2.x and TensorFlow 2.x / Keras 3.
-_SHAPES = ("scores are (batch, n_q, n_k), or (batch, num_heads, n_q, n_k) once the "
-           "heads are split")
-_TRANSPOSE = ("transpose only the last two axes of the keys -- keys.transpose(-1, "
-              "-2) or tf.matmul(q, k, transpose_b=True) -- never k.T or "
-              "tf.transpose(k), which also move the batch (and head) axes")
-KNOWN_ERRORS = (
-    (r"is invalid for input of size", r"multi_head_attention_forward",
-     "torch.nn.MultiheadAttention read your tensors with the wrong layout: "
-     "without batch_first=True it expects (length, batch, features). Build it "
-     "with batch_first=True (to_torch_mha does) and pass (batch, n, d_model) "
-     "tensors; queries and keys have different lengths here."),
-    (r"attn_mask", None,
-     "a padding mask was passed as attn_mask: torch.nn.MultiheadAttention's "
-     "attn_mask is (n_q, n_k) or (batch * num_heads, n_q, n_k); a (batch, n_k) "
-     "mask of padding keys goes to key_padding_mask, True = NOT allowed."),
-    (r"key_padding_mask|key_padded_mask", None,
-     "key_padding_mask must be a bool tensor of shape (batch, n_k), True = a "
-     "padding key (NOT allowed) -- the opposite of the course's key_mask."),
-    (r"MultiHeadAttention.*(Incompatible shapes|broadcast)|`mask` must be "
-     r"broadcastable to `inputs`", None,
-     "keras.layers.MultiHeadAttention's attention_mask has shape (batch, n_q, "
-     "n_k), True = attend; a (batch, n_k) key mask needs a query axis: "
-     "key_mask[:, None, :]."),
-    (r"compatible batch dimensions|first two dimensions of batch2", None,
-     "a batched matrix product got tensors whose batch axes do not line up: "
-     + _TRANSPOSE + "."),
-    (r"must match the size of tensor b|Incompatible shapes|must be broadcastable",
-     None,
-     "two tensors' shapes do not broadcast (the sizes are in the message). "
-     "Usually either the keys are transposed on the wrong axes -- "
-     + _TRANSPOSE + " -- or a mask lacks the singleton axes it is shared over: "
-     + _SHAPES + ", so a padding mask needs shape (batch, 1, n_k) or (batch, 1, "
-     "1, n_k), with the keys on the LAST axis."),
-    (r"mat1 and mat2 shapes|Matrix size-incompatible|size mismatch", None,
-     "a matrix product has mismatched inner sizes: x @ W needs W of shape "
-     "(d_in, d_out) (the course's layout, not nn.Linear's (d_out, d_in)); check "
-     "which weight multiplies which tensor."),
-    (r"same dtype|expected scalar type|expected to be a (float|double|half) "
-     r"tensor but is a (float|double|half)", None,
-     "float32 and float64 tensors are mixed: the inputs are float32, but a "
-     "tensor made from a NumPy array (float64 by default) or a np.float64 "
-     "constant is float64. Convert it (torch.as_tensor(x, dtype=queries.dtype), "
-     "tf.cast(x, queries.dtype)) or use math.sqrt for scalars."),
-    (r"only supports boolean masks|expected to be a bool tensor|only implemented "
-     r"on integer and Boolean|Op:Invert", None,
-     "a mask is used as a boolean (masked_fill, tf.where, ~, logical_not) but is "
-     "not bool: keep masks bool, True = attend; convert with mask.bool() / "
-     "tf.cast(mask, tf.bool)."),
-    (r"view size is not compatible", None,
-     ".view() after .transpose(): the tensor is no longer contiguous. Use "
-     ".reshape(...) (or .contiguous().view(...)); merging heads is "
-     "x.transpose(1, 2).reshape(batch, n, d_model)."),
-    (r"is invalid for input of size|Input to reshape is a tensor with", None,
-     "a reshape asks for a different number of entries than the tensor has: "
-     "(batch, n, d_model) splits into (batch, n, num_heads, d_head) with "
-     "num_heads * d_head = d_model; take n from the tensor itself (x.shape[1]), "
-     "queries and keys have different lengths."),
-    (r"Dimension out of range|must be in the range \[|expects a vector of size",
-     None,
-     "an axis that does not exist: the tensor has fewer axes than the code "
-     "assumes. S" + _SHAPES[1:] + "; prefer negative axes (-1 = keys)."),
-    (r"must be Tensor, not numpy|not numpy\.ndarray", None,
-     "a NumPy array reached a framework function: keep every step in "
-     "TensorFlow / PyTorch tensors."),
-    (r"unexpected keyword argument|missing \d+ required positional argument|"
-     r"takes \d+ positional arguments? but \d+ (were|was) given", None,
-     "the call does not fit your signature: keep the parameters (names and "
-     "order) that the exercise's interface gives."),
+_SHAPES = (
+    "scores are (batch, n_q, n_k), or (batch, num_heads, n_q, n_k) once the "
+    "heads are split"
 )
-_KNOWN = tuple((re.compile(m, re.S), f and re.compile(f), advice)
-               for m, f, advice in KNOWN_ERRORS)
+_TRANSPOSE = (
+    "transpose only the last two axes of the keys -- keys.transpose(-1, "
+    "-2) or tf.matmul(q, k, transpose_b=True) -- never k.T or "
+    "tf.transpose(k), which also move the batch (and head) axes"
+)
+KNOWN_ERRORS = (
+    (
+        r"is invalid for input of size",
+        r"multi_head_attention_forward",
+        "torch.nn.MultiheadAttention read your tensors with the wrong layout: "
+        "without batch_first=True it expects (length, batch, features). Build it "
+        "with batch_first=True (to_torch_mha does) and pass (batch, n, d_model) "
+        "tensors; queries and keys have different lengths here.",
+    ),
+    (
+        r"attn_mask",
+        None,
+        "a padding mask was passed as attn_mask: torch.nn.MultiheadAttention's "
+        "attn_mask is (n_q, n_k) or (batch * num_heads, n_q, n_k); a (batch, n_k) "
+        "mask of padding keys goes to key_padding_mask, True = NOT allowed.",
+    ),
+    (
+        r"key_padding_mask|key_padded_mask",
+        None,
+        "key_padding_mask must be a bool tensor of shape (batch, n_k), True = a "
+        "padding key (NOT allowed) -- the opposite of the course's key_mask.",
+    ),
+    (
+        r"MultiHeadAttention.*(Incompatible shapes|broadcast)|`mask` must be "
+        r"broadcastable to `inputs`",
+        None,
+        "keras.layers.MultiHeadAttention's attention_mask has shape (batch, n_q, "
+        "n_k), True = attend; a (batch, n_k) key mask needs a query axis: "
+        "key_mask[:, None, :].",
+    ),
+    (
+        r"compatible batch dimensions|first two dimensions of batch2",
+        None,
+        "a batched matrix product got tensors whose batch axes do not line up: "
+        + _TRANSPOSE
+        + ".",
+    ),
+    (
+        r"must match the size of tensor b|Incompatible shapes|must be broadcastable",
+        None,
+        "two tensors' shapes do not broadcast (the sizes are in the message). "
+        "Usually either the keys are transposed on the wrong axes -- "
+        + _TRANSPOSE
+        + " -- or a mask lacks the singleton axes it is shared over: "
+        + _SHAPES
+        + ", so a padding mask needs shape (batch, 1, n_k) or (batch, 1, "
+        "1, n_k), with the keys on the LAST axis.",
+    ),
+    (
+        r"mat1 and mat2 shapes|Matrix size-incompatible|size mismatch",
+        None,
+        "a matrix product has mismatched inner sizes: x @ W needs W of shape "
+        "(d_in, d_out) (the course's layout, not nn.Linear's (d_out, d_in)); check "
+        "which weight multiplies which tensor.",
+    ),
+    (
+        r"same dtype|expected scalar type|expected to be a (float|double|half) "
+        r"tensor but is a (float|double|half)",
+        None,
+        "float32 and float64 tensors are mixed: the inputs are float32, but a "
+        "tensor made from a NumPy array (float64 by default) or a np.float64 "
+        "constant is float64. Convert it (torch.as_tensor(x, dtype=queries.dtype), "
+        "tf.cast(x, queries.dtype)) or use math.sqrt for scalars.",
+    ),
+    (
+        r"only supports boolean masks|expected to be a bool tensor|only implemented "
+        r"on integer and Boolean|Op:Invert",
+        None,
+        "a mask is used as a boolean (masked_fill, tf.where, ~, logical_not) but is "
+        "not bool: keep masks bool, True = attend; convert with mask.bool() / "
+        "tf.cast(mask, tf.bool).",
+    ),
+    (
+        r"view size is not compatible",
+        None,
+        ".view() after .transpose(): the tensor is no longer contiguous. Use "
+        ".reshape(...) (or .contiguous().view(...)); merging heads is "
+        "x.transpose(1, 2).reshape(batch, n, d_model).",
+    ),
+    (
+        r"is invalid for input of size|Input to reshape is a tensor with",
+        None,
+        "a reshape asks for a different number of entries than the tensor has: "
+        "(batch, n, d_model) splits into (batch, n, num_heads, d_head) with "
+        "num_heads * d_head = d_model; take n from the tensor itself (x.shape[1]), "
+        "queries and keys have different lengths.",
+    ),
+    (
+        r"Dimension out of range|must be in the range \[|expects a vector of size",
+        None,
+        "an axis that does not exist: the tensor has fewer axes than the code "
+        "assumes. S" + _SHAPES[1:] + "; prefer negative axes (-1 = keys).",
+    ),
+    (
+        r"must be Tensor, not numpy|not numpy\.ndarray",
+        None,
+        "a NumPy array reached a framework function: keep every step in "
+        "TensorFlow / PyTorch tensors.",
+    ),
+    (
+        r"unexpected keyword argument|missing \d+ required positional argument|"
+        r"takes \d+ positional arguments? but \d+ (were|was) given",
+        None,
+        "the call does not fit your signature: keep the parameters (names and "
+        "order) that the exercise's interface gives.",
+    ),
+)
+_KNOWN = tuple(
+    (re.compile(m, re.S), f and re.compile(f), advice) for m, f, advice in KNOWN_ERRORS
+)
 _TF_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\x1b\[[0-9;]*m")
 
 

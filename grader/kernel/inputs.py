@@ -24,7 +24,7 @@ class CaseData:
     def _group(self, case, kind):
         prefix = f"{case}/{kind}/"
         found = {
-            k[len(prefix):]: v for k, v in self.arrays.items() if k.startswith(prefix)
+            k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)
         }
         if not found:
             raise KeyError(f"no {kind} data for case {case!r}")

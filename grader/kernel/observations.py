@@ -60,8 +60,14 @@ def decode_arrays(text: str, budget: list | None = None) -> dict:
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             return _read_members(zf, budget)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError,
-            NotImplementedError, RuntimeError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        EOFError,
+        OSError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         raise ValueError(f"arrays: not a valid .npz ({exc})") from None
 
 
@@ -103,16 +109,28 @@ def _npy_header(f):
     return shape, dtype
 
 
-def observation_payload(assignment, check, framework, observed: dict,
-                        error: dict | None = None) -> dict:
+def observation_payload(
+    assignment, check, framework, observed: dict, error: dict | None = None
+) -> dict:
     """``observed``: {case: {key: array or None}} in case order."""
     cases = []
     for case, results in observed.items():
         present = {k: v for k, v in results.items() if v is not None}
-        cases.append({"case": case, "arrays": encode_arrays(present),
-                      "missing": sorted(k for k, v in results.items() if v is None)})
-    return {"v": VERSION, "assignment": assignment, "check": check,
-            "framework": framework, "cases": cases, "error": error}
+        cases.append(
+            {
+                "case": case,
+                "arrays": encode_arrays(present),
+                "missing": sorted(k for k, v in results.items() if v is None),
+            }
+        )
+    return {
+        "v": VERSION,
+        "assignment": assignment,
+        "check": check,
+        "framework": framework,
+        "cases": cases,
+        "error": error,
+    }
 
 
 def parse_observation(payload) -> dict:
@@ -160,8 +178,11 @@ def load_payload(payload, what: str = "payload") -> dict:
 
 def ours(output) -> str | None:
     """The MIME type if ``output`` (a notebook output) is one of our reports."""
-    data = output.get("data") if output.get("output_type") in (
-        "display_data", "execute_result") else None
+    data = (
+        output.get("data")
+        if output.get("output_type") in ("display_data", "execute_result")
+        else None
+    )
     if not data:
         return None
     return next((m for m in OURS if m in data), None)
@@ -171,7 +192,9 @@ def payloads(cell, mime) -> list:
     found = []
     for output in cell.get("outputs", []):
         data = output.get("data") or {}
-        if output.get("output_type") in ("display_data", "execute_result") \
-                and mime in data:
+        if (
+            output.get("output_type") in ("display_data", "execute_result")
+            and mime in data
+        ):
             found.append(data[mime])
     return found

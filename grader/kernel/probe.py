@@ -42,36 +42,113 @@ import os
 import sys
 import types
 
-PRELOAD = ("attncourse", "numpy", "numpy.testing", "tensorflow", "keras", "torch",
-           "torch.testing", "grader.kernel", "attncourse.testing",
-           "grader.kernel.runners")
+PRELOAD = (
+    "attncourse",
+    "numpy",
+    "numpy.testing",
+    "tensorflow",
+    "keras",
+    "torch",
+    "torch.testing",
+    "grader.kernel",
+    "attncourse.testing",
+    "grader.kernel.runners",
+)
 
 # IPython / ipykernel swap these builtins in and out around each execution.
-VOLATILE_BUILTINS = {"exit", "quit", "get_ipython", "display", "input", "raw_input",
-                     "__IPYTHON__", "_", "__", "___", "help", "copyright", "credits",
-                     "license", "__builtins__"}
-NOTEBOOK_HELPERS = {"expect_close": "attncourse.testing",
-                    "expect_distribution": "attncourse.testing",
-                    "expect_shape": "attncourse.testing",
-                    "as_array": "attncourse.testing"}
+VOLATILE_BUILTINS = {
+    "exit",
+    "quit",
+    "get_ipython",
+    "display",
+    "input",
+    "raw_input",
+    "__IPYTHON__",
+    "_",
+    "__",
+    "___",
+    "help",
+    "copyright",
+    "credits",
+    "license",
+    "__builtins__",
+}
+NOTEBOOK_HELPERS = {
+    "expect_close": "attncourse.testing",
+    "expect_distribution": "attncourse.testing",
+    "expect_shape": "attncourse.testing",
+    "as_array": "attncourse.testing",
+}
 NUMPY_WATCHED = ("numpy.testing", "numpy._core.numeric", "numpy.lib", "numpy.linalg")
-TORCH_NAMES = ("allclose", "isclose", "equal", "eq", "all", "any", "abs", "isfinite",
-               "isnan", "is_tensor", "tensor", "as_tensor", "from_numpy", "testing",
-               "autograd", "Tensor", "softmax", "matmul", "sum", "exp", "log")
-TF_NAMES = ("debugging", "reduce_all", "reduce_any", "abs", "equal", "math",
-            "GradientTape", "Variable", "constant", "convert_to_tensor", "cast")
-SHELL_METHODS = ("run_cell", "run_cell_async", "_run_cell", "run_code", "run_ast_nodes",
-                 "showtraceback", "_showtraceback", "showsyntaxerror", "transform_cell",
-                 "should_run_async", "ex", "ev", "safe_execfile")
-KERNEL_METHODS = ("do_execute", "execute_request", "send_response", "dispatch_shell",
-                  "process_one", "_publish_status", "_publish_execute_input")
+TORCH_NAMES = (
+    "allclose",
+    "isclose",
+    "equal",
+    "eq",
+    "all",
+    "any",
+    "abs",
+    "isfinite",
+    "isnan",
+    "is_tensor",
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "testing",
+    "autograd",
+    "Tensor",
+    "softmax",
+    "matmul",
+    "sum",
+    "exp",
+    "log",
+)
+TF_NAMES = (
+    "debugging",
+    "reduce_all",
+    "reduce_any",
+    "abs",
+    "equal",
+    "math",
+    "GradientTape",
+    "Variable",
+    "constant",
+    "convert_to_tensor",
+    "cast",
+)
+SHELL_METHODS = (
+    "run_cell",
+    "run_cell_async",
+    "_run_cell",
+    "run_code",
+    "run_ast_nodes",
+    "showtraceback",
+    "_showtraceback",
+    "showsyntaxerror",
+    "transform_cell",
+    "should_run_async",
+    "ex",
+    "ev",
+    "safe_execfile",
+)
+KERNEL_METHODS = (
+    "do_execute",
+    "execute_request",
+    "send_response",
+    "dispatch_shell",
+    "process_one",
+    "_publish_status",
+    "_publish_execute_input",
+)
 EVENT_METHODS = ("trigger", "register", "unregister")
 PUBLISHER_METHODS = ("publish", "clear_output")
 # callbacks that honest notebooks add to IPython's events: matplotlib's
 # inline display (module, function name)
-ALLOWED_HOOKS = {("matplotlib.pyplot", "_draw_all_if_interactive"),
-                 ("matplotlib_inline.backend_inline", "flush_figures"),
-                 ("matplotlib_inline.backend_inline", "configure_once")}
+ALLOWED_HOOKS = {
+    ("matplotlib.pyplot", "_draw_all_if_interactive"),
+    ("matplotlib_inline.backend_inline", "flush_figures"),
+    ("matplotlib_inline.backend_inline", "configure_once"),
+}
 
 
 def _preload(names) -> list[str]:
@@ -89,8 +166,11 @@ def _public(namespace) -> dict:
         items = vars(namespace).items()
     except TypeError:
         return {}
-    return {k: v for k, v in items if not k.startswith("_")
-            and (callable(v) or isinstance(v, types.ModuleType))}
+    return {
+        k: v
+        for k, v in items
+        if not k.startswith("_") and (callable(v) or isinstance(v, types.ModuleType))
+    }
 
 
 def _fingerprint(obj):
@@ -128,13 +208,15 @@ class Probe:
         if names is None:
             members = _public(ns)
             if label == "builtins":
-                members = {k: v for k, v in vars(ns).items()
-                           if k not in VOLATILE_BUILTINS}
+                members = {
+                    k: v for k, v in vars(ns).items() if k not in VOLATILE_BUILTINS
+                }
         else:
             members = {n: getattr(ns, n) for n in names if hasattr(ns, n)}
         self._keep.append(members)
-        self.spaces.append((label, getter,
-                            {k: _fingerprint(v) for k, v in members.items()}))
+        self.spaces.append(
+            (label, getter, {k: _fingerprint(v) for k, v in members.items()})
+        )
 
     def _snapshot(self):
         import builtins
@@ -144,17 +226,22 @@ class Probe:
         self._watch("builtins", lambda: builtins)
         self._watch("math", lambda: math)
         for name in list(m):
-            if (name == "numpy" or name.startswith(NUMPY_WATCHED)) and \
-                    name.count(".") <= 2:
+            if (name == "numpy" or name.startswith(NUMPY_WATCHED)) and name.count(
+                "."
+            ) <= 2:
                 self._watch(name, lambda n=name: sys.modules.get(n))
         if "torch" in m:
             torch = m["torch"]
             self._watch("torch", lambda: sys.modules["torch"], TORCH_NAMES)
             self._watch("torch.testing", lambda: sys.modules["torch"].testing)
-            self._watch("torch.Tensor", lambda: sys.modules["torch"].Tensor,
-                        [k for k, v in vars(torch.Tensor).items() if callable(v)])
-            self._watch("torch.nn.functional",
-                        lambda: sys.modules["torch"].nn.functional)
+            self._watch(
+                "torch.Tensor",
+                lambda: sys.modules["torch"].Tensor,
+                [k for k, v in vars(torch.Tensor).items() if callable(v)],
+            )
+            self._watch(
+                "torch.nn.functional", lambda: sys.modules["torch"].nn.functional
+            )
         if "tensorflow" in m:
             self._watch("tf", lambda: sys.modules["tensorflow"], TF_NAMES)
             self._watch("tf.debugging", lambda: sys.modules["tensorflow"].debugging)
@@ -165,32 +252,55 @@ class Probe:
                 checks = getattr(m[name], "RUNS", None)
                 if isinstance(checks, dict):
                     self._watch(f"{name}.RUNS", lambda n=name: _checks_view(n))
-        self.modules = {n: id(mod) for n, mod in m.items()
-                        if n.split(".")[0] in ("numpy", "torch", "tensorflow", "math",
-                                               "builtins", "attncourse", "IPython",
-                                               "ipykernel", "zmq", "jupyter_client")}
+        self.modules = {
+            n: id(mod)
+            for n, mod in m.items()
+            if n.split(".")[0]
+            in (
+                "numpy",
+                "torch",
+                "tensorflow",
+                "math",
+                "builtins",
+                "attncourse",
+                "IPython",
+                "ipykernel",
+                "zmq",
+                "jupyter_client",
+            )
+        }
         self._keep.append(dict(m))
 
     def attach(self, shell, kernel):
         """Watch the shell, the kernel and the notebook namespace from now on."""
         self.shell, self.kernel = shell, kernel
-        for label, obj, names in (("IPython shell", shell, SHELL_METHODS),
-                                  ("ipykernel", kernel, KERNEL_METHODS)):
+        for label, obj, names in (
+            ("IPython shell", shell, SHELL_METHODS),
+            ("ipykernel", kernel, KERNEL_METHODS),
+        ):
             self._watch(label, lambda o=obj: o, names)
             self._watch(f"{label} class", lambda o=obj: type(o), names)
         session = getattr(kernel, "session", None)
         if session is not None:
-            self._watch("jupyter session", lambda: kernel.session,
-                        ("send", "serialize", "sign", "msg"))
+            self._watch(
+                "jupyter session",
+                lambda: kernel.session,
+                ("send", "serialize", "sign", "msg"),
+            )
         events = getattr(shell, "events", None)
         if events is not None:
             self._watch("IPython events", lambda: shell.events, EVENT_METHODS)
-            self._watch("IPython events class", lambda: type(shell.events),
-                        EVENT_METHODS)
-        self._watch("IPython display publisher", lambda: shell.display_pub,
-                    PUBLISHER_METHODS)
-        self._watch("IPython display publisher class",
-                    lambda: type(shell.display_pub), PUBLISHER_METHODS)
+            self._watch(
+                "IPython events class", lambda: type(shell.events), EVENT_METHODS
+            )
+        self._watch(
+            "IPython display publisher", lambda: shell.display_pub, PUBLISHER_METHODS
+        )
+        self._watch(
+            "IPython display publisher class",
+            lambda: type(shell.display_pub),
+            PUBLISHER_METHODS,
+        )
         self._events, self._display_pub = events, shell.display_pub
         self._callbacks = self._callback_ids()
         self._keep.append(self._callbacks)
@@ -203,16 +313,23 @@ class Probe:
 
     def _transformer_ids(self):
         s = self.shell
-        return [tuple(id(t) for t in getattr(s, attr, []))
-                for attr in ("input_transformers_cleanup", "input_transformers_post",
-                             "ast_transformers")]
+        return [
+            tuple(id(t) for t in getattr(s, attr, []))
+            for attr in (
+                "input_transformers_cleanup",
+                "input_transformers_post",
+                "ast_transformers",
+            )
+        ]
 
     def _callback_ids(self) -> dict:
         callbacks = getattr(self._events, "callbacks", None)
         if not isinstance(callbacks, dict):
             return {}
-        return {event: [(id(f), f) for f in list(funcs)]
-                for event, funcs in callbacks.items()}
+        return {
+            event: [(id(f), f) for f in list(funcs)]
+            for event, funcs in callbacks.items()
+        }
 
     def _hook_changes(self) -> list[str]:
         found = []
@@ -226,8 +343,11 @@ class Probe:
         if set(now) != set(before):
             found.append("IPython events (event list changed)")
         for event, funcs in now.items():
-            ids = [i for i, f in funcs if (i in before.get(event, ()))
-                   or not _allowed_hook(f)]
+            ids = [
+                i
+                for i, f in funcs
+                if (i in before.get(event, ())) or not _allowed_hook(f)
+            ]
             if ids != before.get(event, []):
                 found.append(f"IPython events: {event} callbacks")
         if (sys.gettrace(), sys.getprofile()) != self._tracers:
@@ -242,7 +362,7 @@ class Probe:
             except Exception:  # noqa: BLE001
                 found.append(f"{label} (gone)")
                 continue
-            current = (vars(ns) if label == "builtins" else None)
+            current = vars(ns) if label == "builtins" else None
             for name, fp in snap.items():
                 try:
                     obj = current[name] if current is not None else getattr(ns, name)
@@ -283,10 +403,14 @@ def _allowed_hook(func) -> bool:
     name = func.__qualname__.rsplit(".", 1)[-1]
     module = sys.modules.get(func.__module__)
     file = getattr(module, "__file__", None)
-    return ((func.__module__, name) in ALLOWED_HOOKS and module is not None
-            and func.__globals__ is vars(module) and file is not None
-            and func.__code__.co_filename == file
-            and os.path.realpath(file).startswith(os.path.realpath(sys.prefix)))
+    return (
+        (func.__module__, name) in ALLOWED_HOOKS
+        and module is not None
+        and func.__globals__ is vars(module)
+        and file is not None
+        and func.__code__.co_filename == file
+        and os.path.realpath(file).startswith(os.path.realpath(sys.prefix))
+    )
 
 
 def _checks_view(module_name):
@@ -305,6 +429,7 @@ def _publisher(shell):
 
     def send(mime, payload):
         publish(data={mime: payload}, metadata={})
+
     return send
 
 
@@ -350,8 +475,10 @@ def _as_if_imported_in_the_kernel():
     if logger is None:
         return
     for handler in list(logger.handlers):
-        if isinstance(handler, logging.StreamHandler) and \
-                handler.stream in (sys.__stderr__, sys.__stdout__):
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (
+            sys.__stderr__,
+            sys.__stdout__,
+        ):
             logger.removeHandler(handler)
     mod._logger = None
 

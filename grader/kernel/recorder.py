@@ -39,13 +39,21 @@ def run_def(assignment: str, check_name: str, framework: str):
     return runs[check_name]
 
 
-def observe(assignment: str, check_name: str, framework: str, namespace: dict,
-            data: CaseData, case: str | None = None) -> dict:
+def observe(
+    assignment: str,
+    check_name: str,
+    framework: str,
+    namespace: dict,
+    data: CaseData,
+    case: str | None = None,
+) -> dict:
     """{case: results} of the student's code on the inputs in ``data``."""
     run = run_def(assignment, check_name, framework)
     cases = run.cases if case is None else (case,)
-    return {c: run.run(framework, namespace, data.inputs(c), gradients=run.gradients)
-            for c in cases}
+    return {
+        c: run.run(framework, namespace, data.inputs(c), gradients=run.gradients)
+        for c in cases
+    }
 
 
 def grading_inputs() -> CaseData:
@@ -54,7 +62,8 @@ def grading_inputs() -> CaseData:
     if not path or not os.path.isfile(path):
         raise GradingError(
             f"the grading inputs were not found ({INPUTS_ENV}={path!r}): hidden "
-            f"tests run only when the notebook is graded")
+            f"tests run only when the notebook is graded"
+        )
     return load_file(path)
 
 
@@ -87,8 +96,7 @@ def record(assignment: str, check_name: str, framework: str, namespace: dict) ->
     try:
         data = grading_inputs()
         for case in run.cases:
-            results = observe(assignment, check_name, framework, namespace, data,
-                              case)
+            results = observe(assignment, check_name, framework, namespace, data, case)
             size += _check_size(results[case], size)
             observed.update(results)
     except GradingError as exc:
@@ -109,15 +117,19 @@ def _check_size(results: dict, used: int) -> int:
 
     size = sum(np.asarray(v).nbytes for v in results.values() if v is not None)
     if used + size > MAX_RESULTS:
-        shapes = ", ".join(f"{k} {np.shape(v)}" for k, v in results.items()
-                           if v is not None)
-        raise GradingError(f"your results are far too large ({shapes}); check "
-                           f"the shapes the exercise asks for")
+        shapes = ", ".join(
+            f"{k} {np.shape(v)}" for k, v in results.items() if v is not None
+        )
+        raise GradingError(
+            f"your results are far too large ({shapes}); check "
+            f"the shapes the exercise asks for"
+        )
     return size
 
 
-def check(assignment: str, check_name: str, framework: str, namespace=None,
-          reference=None) -> None:
+def check(
+    assignment: str, check_name: str, framework: str, namespace=None, reference=None
+) -> None:
     """Hidden test: record the student's results (grading), or judge them here.
 
     ``namespace`` defaults to the caller's globals (the notebook). Returns None
@@ -133,6 +145,7 @@ def check(assignment: str, check_name: str, framework: str, namespace=None,
     except ImportError:
         raise GradingError(
             "hidden tests are judged by the grader: they run when your notebook "
-            "is graded") from None
+            "is graded"
+        ) from None
     judging.check_here(assignment, check_name, framework, namespace, reference)
     return None

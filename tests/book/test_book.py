@@ -34,24 +34,43 @@ def test_every_page_built(site):
 def external_loads(doc: BeautifulSoup) -> list[str]:
     """URLs the page would *load* (scripts, styles, images, frames) off-site."""
     found = []
-    for tag, attr in (("script", "src"), ("img", "src"), ("iframe", "src"),
-                      ("source", "src"), ("video", "src"), ("audio", "src"),
-                      ("embed", "src"), ("object", "data")):
+    for tag, attr in (
+        ("script", "src"),
+        ("img", "src"),
+        ("iframe", "src"),
+        ("source", "src"),
+        ("video", "src"),
+        ("audio", "src"),
+        ("embed", "src"),
+        ("object", "data"),
+    ):
         for node in doc.find_all(tag):
             url = node.get(attr) or ""
             if EXTERNAL.match(url):
                 found.append(f"<{tag} {attr}={url}>")
     for node in doc.find_all("link"):
         rel = {r.lower() for r in node.get("rel", [])}
-        if rel & {"stylesheet", "preload", "icon", "modulepreload", "prefetch",
-                  "manifest"} and EXTERNAL.match(node.get("href") or ""):
+        if rel & {
+            "stylesheet",
+            "preload",
+            "icon",
+            "modulepreload",
+            "prefetch",
+            "manifest",
+        } and EXTERNAL.match(node.get("href") or ""):
             found.append(f"<link rel={sorted(rel)} href={node['href']}>")
     for node in doc.find_all(style=True):
-        found += [u for u in re.findall(r"url\(([^)]+)\)", node["style"])
-                  if EXTERNAL.match(u.strip("'\" "))]
+        found += [
+            u
+            for u in re.findall(r"url\(([^)]+)\)", node["style"])
+            if EXTERNAL.match(u.strip("'\" "))
+        ]
     for node in doc.find_all("style"):
-        found += [u for u in re.findall(r"url\(([^)]+)\)", node.get_text())
-                  if EXTERNAL.match(u.strip("'\" "))]
+        found += [
+            u
+            for u in re.findall(r"url\(([^)]+)\)", node.get_text())
+            if EXTERNAL.match(u.strip("'\" "))
+        ]
     return found
 
 
@@ -62,8 +81,9 @@ def test_site_loads_nothing_from_the_network(site):
         if bad:
             problems[str(page.relative_to(site))] = bad
     for css in site.rglob("*.css"):
-        urls = re.findall(r"url\(\s*['\"]?((?:https?:)?//[^'\")]+)", css.read_text(
-            errors="ignore"))
+        urls = re.findall(
+            r"url\(\s*['\"]?((?:https?:)?//[^'\")]+)", css.read_text(errors="ignore")
+        )
         if urls:
             problems[str(css.relative_to(site))] = urls
     for js in (site / "_static").glob("*.js"):
@@ -83,8 +103,9 @@ def test_mathjax_is_served_locally(site):
     assert mathjax and all(not EXTERNAL.match(s) for s in mathjax), sources
     local = (site / "book" / mathjax[0]).resolve()
     assert local.is_file() and local.stat().st_size > 100_000
-    fonts = list((site / "_static" / "mathjax" / "output" / "chtml" / "fonts")
-                 .rglob("*.woff"))
+    fonts = list(
+        (site / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff")
+    )
     assert fonts, "MathJax CHTML fonts were not copied"
     assert page.select("div.math"), "no display math on the addressing page"
 
@@ -134,8 +155,9 @@ def test_chapter_was_executed(site, doc):
 @pytest.mark.parametrize("doc", chapters())
 def test_ipynb_download(site, doc):
     page = soup(site / f"{doc}.html")
-    links = [a["href"] for a in page.find_all("a", href=True)
-             if a["href"].endswith(".ipynb")]
+    links = [
+        a["href"] for a in page.find_all("a", href=True) if a["href"].endswith(".ipynb")
+    ]
     assert links, f"{doc} offers no .ipynb download"
     target = (site / doc).parent / urlparse(links[0]).path
     nb = json.loads(target.read_text())

@@ -47,11 +47,14 @@ def test_chapter_does_not_redefine_library_code(doc):
     """One source of truth: chapters show library code, they do not copy it."""
     library = set(anp.__all__)
     for _, code in code_cells(source_path(doc)):
-        tree = ast.parse("\n".join(
-            line for line in code.splitlines() if not line.startswith(("%", "!"))
-        ))
+        tree = ast.parse(
+            "\n".join(
+                line for line in code.splitlines() if not line.startswith(("%", "!"))
+            )
+        )
         defined = {
-            node.name for node in ast.walk(tree)
+            node.name
+            for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef | ast.ClassDef)
         }
         assert not defined & library, (
@@ -62,7 +65,10 @@ def test_chapter_does_not_redefine_library_code(doc):
 
 def test_no_committed_notebook_has_outputs():
     listed = subprocess.run(
-        ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True,
+        ["git", "ls-files", "*.ipynb"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout.split()
     for name in listed:

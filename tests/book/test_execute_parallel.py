@@ -41,7 +41,8 @@ def make_project(tmp_path: Path, chapters: dict, hints: dict) -> Path:
     (ext / "execution_hints.json").write_text(json.dumps(hints))
     for name, code in chapters.items():
         (tmp_path / "book" / f"{name}.md").write_text(
-            NOTEBOOK.format(name=name, code=code))
+            NOTEBOOK.format(name=name, code=code)
+        )
     toc = ["format: jb-book", "root: book/index", "chapters:"]
     toc += [f"- file: book/{name}" for name in chapters]
     (tmp_path / "_toc.yml").write_text("\n".join(toc) + "\n")
@@ -50,16 +51,23 @@ def make_project(tmp_path: Path, chapters: dict, hints: dict) -> Path:
 
 
 def run(script: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), "--path-output", str(out),
-                           "--timeout", "120"], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(script), "--path-output", str(out), "--timeout", "120"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_longest_first_failures_reported_and_cached_run_executes_nothing(tmp_path):
-    chapters = {"short": "print('short')", "long": "print('long')",
-                "broken": "raise ValueError('chapter broken on purpose')"}
-    script = make_project(tmp_path / "project", chapters,
-                          {"short": 1, "long": 50, "broken": 5})
+    chapters = {
+        "short": "print('short')",
+        "long": "print('long')",
+        "broken": "raise ValueError('chapter broken on purpose')",
+    }
+    script = make_project(
+        tmp_path / "project", chapters, {"short": 1, "long": 50, "broken": 5}
+    )
     out = tmp_path / "out"
     first = run(script, out)
     assert first.returncode == 1, first.stdout + first.stderr
@@ -69,7 +77,8 @@ def test_longest_first_failures_reported_and_cached_run_executes_nothing(tmp_pat
     assert "executed 2 notebook(s)" in first.stdout
 
     (tmp_path / "project" / "book" / "broken.md").write_text(
-        NOTEBOOK.format(name="broken", code="print('fixed')"))
+        NOTEBOOK.format(name="broken", code="print('fixed')")
+    )
     second = run(script, out)
     assert second.returncode == 0, second.stderr
     assert "executed 1 notebook(s)" in second.stdout

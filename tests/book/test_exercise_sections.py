@@ -48,8 +48,11 @@ def chapter_slugs() -> list[str]:
 
 
 def assignment_slugs() -> list[str]:
-    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb")
-                  if p.stem == p.parent.name)
+    return sorted(
+        p.parent.name
+        for p in (ROOT / "solutions").glob("*/*.ipynb")
+        if p.stem == p.parent.name
+    )
 
 
 def source_nb(slug: str, root: Path = ROOT) -> Path:
@@ -61,24 +64,29 @@ GRADED = [s for s in chapter_slugs() if s not in UNGRADED]
 
 # --- chapters and assignments -------------------------------------------------
 
+
 def test_every_chapter_has_an_assignment_or_says_why_not():
     assert chapter_slugs(), "no chapters found in _toc.yml"
     missing = [s for s in GRADED if not source_nb(s).is_file()]
-    assert not missing, (f"chapters without solutions/<slug>/<slug>.ipynb: {missing}"
-                         " (write the assignment, or list the chapter in UNGRADED "
-                         "with the reason)")
+    assert not missing, (
+        f"chapters without solutions/<slug>/<slug>.ipynb: {missing}"
+        " (write the assignment, or list the chapter in UNGRADED "
+        "with the reason)"
+    )
     for slug, reason in UNGRADED.items():
         assert slug in chapter_slugs(), f"UNGRADED names {slug!r}, no toc chapter"
         assert not (ROOT / "solutions" / slug).exists(), (
             f"{slug} has an assignment now: remove it from UNGRADED ({reason}) and "
-            f"use the {{assignment}} directive in its Exercise section")
+            f"use the {{assignment}} directive in its Exercise section"
+        )
 
 
 def test_every_assignment_has_a_chapter():
     chapters = set(chapter_slugs())
     orphans = [s for s in assignment_slugs() if s not in chapters]
     assert assignment_slugs() and not orphans, (
-        f"assignments without a chapter book/<slug>.md in _toc.yml: {orphans}")
+        f"assignments without a chapter book/<slug>.md in _toc.yml: {orphans}"
+    )
 
 
 # --- Exercise sections ----------------------------------------------------------
@@ -103,7 +111,7 @@ def blocks(lines: list[str]) -> list[tuple[str, str, str, list[str]]]:
         j = i + 1
         while j < len(lines) and not close.match(lines[j]):
             j += 1
-        out.append(("directive" if name else "fence", name, arg, lines[i + 1:j]))
+        out.append(("directive" if name else "fence", name, arg, lines[i + 1 : j]))
         i = j + 1
     return out
 
@@ -145,25 +153,33 @@ def section_problems(slug: str, text: str) -> list[str]:
             if "not graded" in arg.lower():
                 not_graded += 1
                 if re.search(r"hidden test|autograd|points", " ".join(body), re.I):
-                    problems.append(f"{slug}: a 'not graded' box promises tests or "
-                                    f"points: {arg!r}")
+                    problems.append(
+                        f"{slug}: a 'not graded' box promises tests or points: {arg!r}"
+                    )
         else:
             shown = (body[0] if body else arg) if kind == "text" else f"{{{name}}}"
             problems.append(
                 f"{slug}: the Exercise section holds {kind} {shown!r} outside the "
                 "{assignment} directive (describe ungraded ideas in an admonition "
-                "titled '... (not graded)')")
+                "titled '... (not graded)')"
+            )
     if slug in UNGRADED:
         if directives:
-            problems.append(f"{slug}: no assignment exists, but the section uses "
-                            f"the directive {directives}")
+            problems.append(
+                f"{slug}: no assignment exists, but the section uses "
+                f"the directive {directives}"
+            )
         if not not_graded:
-            problems.append(f"{slug}: has no assignment ({UNGRADED[slug]}); its "
-                            "section must say so in an admonition titled "
-                            "'Not graded: ...'")
+            problems.append(
+                f"{slug}: has no assignment ({UNGRADED[slug]}); its "
+                "section must say so in an admonition titled "
+                "'Not graded: ...'"
+            )
     elif directives != [slug]:
-        problems.append(f"{slug}: the Exercise section must hold exactly one "
-                        f"```{{assignment}} {slug}``` (found {directives})")
+        problems.append(
+            f"{slug}: the Exercise section must hold exactly one "
+            f"```{{assignment}} {slug}``` (found {directives})"
+        )
     return problems
 
 
@@ -182,8 +198,9 @@ def test_section_check_rejects_what_a_chapter_must_not_say():
     assert section_problems("addressing", wrong)
     missing = "# T\n\n## Exercise\n\nWrite multi-head attention.\n\n## Next\n"
     assert section_problems("multi-head-attention", missing)
-    promise = ok + ("\n```{admonition} More (not graded)\nHidden tests check it.\n"
-                    "```\n")
+    promise = ok + (
+        "\n```{admonition} More (not graded)\nHidden tests check it.\n```\n"
+    )
     assert section_problems("addressing", promise)
     ungraded_but_silent = "# T\n\n## Exercise\n\nWrite streaming attention.\n"
     assert section_problems("attention-cost", ungraded_but_silent)
@@ -194,15 +211,20 @@ def test_section_check_rejects_what_a_chapter_must_not_say():
     inside = ok + "\n```{code-cell} ipython3\n## More\n```\n"
     assert any("{code-cell}" in p for p in section_problems("addressing", inside))
 
+
 # --- points: the metadata, and every table that repeats it ----------------------
+
 
 @pytest.mark.parametrize("slug", assignment_slugs())
 def test_intro_table_and_test_comments_agree_with_the_metadata(slug):
     """read_assignment raises on any disagreement (the build does too)."""
     a = sect.read_assignment(source_nb(slug))
     nb = json.loads(source_nb(slug).read_text())
-    points = sum(c["metadata"]["nbgrader"]["points"] for c in nb["cells"]
-                 if c.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    points = sum(
+        c["metadata"]["nbgrader"]["points"]
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade")
+    )
     assert a.points == points and [p.key for p in a.parts] == ["tf", "torch"]
 
 
@@ -228,8 +250,9 @@ def test_points_disagreeing_with_the_metadata_are_refused(tmp_path):
 
     def wrong_intro(cells):
         c = cells[0]
-        c["source"] = "".join(c["source"]).replace("| PyTorch | 1 | 3 | 4 |",
-                                                   "| PyTorch | 1 | 3 | 5 |")
+        c["source"] = "".join(c["source"]).replace(
+            "| PyTorch | 1 | 3 | 4 |", "| PyTorch | 1 | 3 | 5 |"
+        )
 
     with pytest.raises(sect.AssignmentError, match="PyTorch 'points' is '5'"):
         sect.read_assignment(mutated(tmp_path / "b", "addressing", wrong_intro))
@@ -251,8 +274,10 @@ def exercises_page_problems(text: str) -> list[str]:
     ungraded chapters named."""
     problems, order = [], [s for s in chapter_slugs() if s in assignment_slugs()]
     rows = table(text, "exercise")
-    link = re.compile(r"^\{download\}`([\w-]+)\.ipynb <\.\./exercises/([\w-]+)/"
-                      r"([\w-]+)\.ipynb>`$")
+    link = re.compile(
+        r"^\{download\}`([\w-]+)\.ipynb <\.\./exercises/([\w-]+)/"
+        r"([\w-]+)\.ipynb>`$"
+    )
     slugs = []
     for row in rows:
         m = link.match(row[0])
@@ -262,17 +287,24 @@ def exercises_page_problems(text: str) -> list[str]:
         slug = m[1]
         slugs.append(slug)
         if row[1] != f"{{doc}}`{slug}`":
-            problems.append(f"exercises.md {slug}: chapter column must be "
-                            f"{{doc}}`{slug}`, is {row[1]!r}")
-        want = " + ".join(str(p.points) for p in
-                          sect.read_assignment(source_nb(slug)).parts)
+            problems.append(
+                f"exercises.md {slug}: chapter column must be "
+                f"{{doc}}`{slug}`, is {row[1]!r}"
+            )
+        want = " + ".join(
+            str(p.points) for p in sect.read_assignment(source_nb(slug)).parts
+        )
         if row[3] != want:
-            problems.append(f"exercises.md {slug}: points {row[3]!r}, the metadata "
-                            f"gives {want!r}")
+            problems.append(
+                f"exercises.md {slug}: points {row[3]!r}, the metadata gives {want!r}"
+            )
     if slugs != order:
         problems.append(f"exercises.md rows {slugs}, assignments in toc order {order}")
-    problems += [f"exercises.md does not name the ungraded chapter {s}"
-                 for s in UNGRADED if f"{{doc}}`{s}`" not in text]
+    problems += [
+        f"exercises.md does not name the ungraded chapter {s}"
+        for s in UNGRADED
+        if f"{{doc}}`{s}`" not in text
+    ]
     return problems
 
 
@@ -305,19 +337,27 @@ def solutions_readme_problems(text: str) -> list[str]:
         for part, cell in zip(a.parts, row[1:3], strict=True):
             m = pair.match(cell)
             if not m or (int(m[1]), int(m[2])) != (part.visible, part.hidden):
-                problems.append(f"solutions/README.md {slug} {part.label}: {cell!r}, "
-                                f"the metadata gives {part.visible} + {part.hidden}")
+                problems.append(
+                    f"solutions/README.md {slug} {part.label}: {cell!r}, "
+                    f"the metadata gives {part.visible} + {part.hidden}"
+                )
         checks = check_points(slug)
         if checks.get("tf") != checks.get("torch"):
-            problems.append(f"{slug}: the parts' checks differ, one column cannot "
-                            f"show them: {checks}")
+            problems.append(
+                f"{slug}: the parts' checks differ, one column cannot "
+                f"show them: {checks}"
+            )
         listed = {name: int(n) for name, n in re.findall(r"`(\w+)` (\d+)", row[3])}
         if listed != checks.get("tf"):
-            problems.append(f"solutions/README.md {slug}: checks {listed}, the "
-                            f"notebook has {checks.get('tf')}")
+            problems.append(
+                f"solutions/README.md {slug}: checks {listed}, the "
+                f"notebook has {checks.get('tf')}"
+            )
     if sorted(seen) != assignment_slugs():
-        problems.append(f"solutions/README.md lists {seen}, the assignments are "
-                        f"{assignment_slugs()}")
+        problems.append(
+            f"solutions/README.md lists {seen}, the assignments are "
+            f"{assignment_slugs()}"
+        )
     return problems
 
 
@@ -335,8 +375,9 @@ def test_solutions_readme_table_agrees_with_the_metadata():
     assert solutions_readme_problems(text) == []
     wrong = text.replace("`masked_attention` 3", "`masked_attention` 2")
     assert any("masked_attention" in p for p in solutions_readme_problems(wrong))
-    wrong = text.replace("| `soft-hard-attention` | 1 + 4 |",
-                         "| `soft-hard-attention` | 1 + 5 |")
+    wrong = text.replace(
+        "| `soft-hard-attention` | 1 + 4 |", "| `soft-hard-attention` | 1 + 5 |"
+    )
     assert any("gives 1 + 4" in p for p in solutions_readme_problems(wrong))
 
 
@@ -349,6 +390,7 @@ def test_readme_names_the_chapters_without_an_assignment():
 
 
 # --- what the directive renders --------------------------------------------------
+
 
 def regions(code: str, begin: str, end: str) -> tuple[list[str], list[str]]:
     """(lines inside begin...end regions, lines outside), nbgrader's way: a
@@ -376,8 +418,11 @@ def solution_and_hidden_lines(slug: str, root: Path = ROOT) -> list[str]:
         secret += sol + hid
         public += rest
     public_text = "\n".join(public)
-    return [s.strip() for s in secret
-            if len(s.strip()) >= 6 and s.strip() not in public_text]
+    return [
+        s.strip()
+        for s in secret
+        if len(s.strip()) >= 6 and s.strip() not in public_text
+    ]
 
 
 @pytest.mark.parametrize("slug", assignment_slugs())
@@ -385,8 +430,12 @@ def test_rendered_section_shows_the_interface_and_nothing_secret(slug):
     text = sect.render(slug, ROOT)
     src = source_nb(slug)
     ref = reference.load_file(reference.source_path(ROOT, slug))
-    assert leaks.scan_text(text, leaks.secret_lines(src), leaks.reference_numbers(ref),
-                           slug) == []
+    assert (
+        leaks.scan_text(
+            text, leaks.secret_lines(src), leaks.reference_numbers(ref), slug
+        )
+        == []
+    )
     shown = [line for line in solution_and_hidden_lines(slug) if line in text]
     assert not shown, f"solution or hidden-test lines in the section: {shown}"
     assert "check(" not in text and "BEGIN" not in text
@@ -395,8 +444,11 @@ def test_rendered_section_shows_the_interface_and_nothing_secret(slug):
         assert part.names and all(f"`{n}`" in text for n in part.names)
         assert f"{part.title} — {part.points} points" in text
     assert f"</exercises/{slug}/{slug}.ipynb>" in text
-    headings = [b for b in blocks(text.splitlines())
-                if b[0] == "text" and b[3][0].startswith("#")]
+    headings = [
+        b
+        for b in blocks(text.splitlines())
+        if b[0] == "text" and b[3][0].startswith("#")
+    ]
     assert not headings, "a heading would break the chapter's sections"
 
 
@@ -445,8 +497,15 @@ check("toy", "HIDDEN_CHECK_MARKER", "{fw}")
 
 
 def cell(kind: str, gid: str, source: str, **meta) -> dict:
-    nbg = {"grade": False, "grade_id": gid, "locked": kind == "markdown",
-           "schema_version": 3, "solution": False, "task": False, **meta}
+    nbg = {
+        "grade": False,
+        "grade_id": gid,
+        "locked": kind == "markdown",
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+        **meta,
+    }
     c = {"cell_type": kind, "metadata": {"nbgrader": nbg}, "source": source}
     if kind == "code":
         c.update(outputs=[], execution_count=None)
@@ -459,13 +518,28 @@ def make_toy(root: Path, slug: str = "toy", intro: str = TOY_INTRO) -> Path:
         cells += [
             cell("markdown", f"{fw}-interface", f"## Part {n} · {label}\n\nWrite it."),
             cell("code", f"{fw}-solution", TOY_SOLUTION.format(fw=fw), solution=True),
-            cell("code", f"{fw}-visible", f"assert toy_{fw}(1) == 2", grade=True,
-                 points=1),
-            cell("code", f"{fw}-hidden", TOY_HIDDEN.format(fw=fw), grade=True,
-                 points=2, locked=True),
+            cell(
+                "code",
+                f"{fw}-visible",
+                f"assert toy_{fw}(1) == 2",
+                grade=True,
+                points=1,
+            ),
+            cell(
+                "code",
+                f"{fw}-hidden",
+                TOY_HIDDEN.format(fw=fw),
+                grade=True,
+                points=2,
+                locked=True,
+            ),
         ]
-    nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3"}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     src = root / "solutions" / slug / f"{slug}.ipynb"
     src.parent.mkdir(parents=True)
     src.write_text(json.dumps(nb))
@@ -478,35 +552,53 @@ def make_toy(root: Path, slug: str = "toy", intro: str = TOY_INTRO) -> Path:
 def test_toy_assignment_shows_def_lines_never_solution_bodies(tmp_path):
     make_toy(tmp_path)
     text = sect.render("toy", tmp_path)
-    for public in ("def toy_tf(x, scale=2.0):", "Scale x (public docstring).",
-                   "class ToyLayertorch:", "def __init__(self, n):",
-                   "Public class doc.", "Intro text of the toy.",
-                   "hidden tests, **2 points**: the toy on other data.",
-                   "visible test, **1 point**",
-                   "{download}`toy.ipynb </exercises/toy/toy.ipynb>`",
-                   "```{rubric} Toy"):
+    for public in (
+        "def toy_tf(x, scale=2.0):",
+        "Scale x (public docstring).",
+        "class ToyLayertorch:",
+        "def __init__(self, n):",
+        "Public class doc.",
+        "Intro text of the toy.",
+        "hidden tests, **2 points**: the toy on other data.",
+        "visible test, **1 point**",
+        "{download}`toy.ipynb </exercises/toy/toy.ipynb>`",
+        "```{rubric} Toy",
+    ):
         assert public in text, public
-    for secret in ("31337", "SOLUTION_BODY_MARKER", "helper_written_in_solution",
-                   "HELPER_DOC_MARKER", "4242", "HIDDEN_CHECK_MARKER",
-                   "grader.kernel", "CLASS_ATTR_MARKER", "import math"):
+    for secret in (
+        "31337",
+        "SOLUTION_BODY_MARKER",
+        "helper_written_in_solution",
+        "HELPER_DOC_MARKER",
+        "4242",
+        "HIDDEN_CHECK_MARKER",
+        "grader.kernel",
+        "CLASS_ATTR_MARKER",
+        "import math",
+    ):
         assert secret not in text, secret
 
 
 def test_reference_number_in_the_notebook_text_fails_the_render(tmp_path):
     """The directive's own leak scan: an intro that quotes an expected value."""
     src = make_toy(tmp_path, intro=TOY_INTRO + "\nThe answer is 0.7182818.\n")
-    reference.save(src.parent / "hidden" / "reference.npz",
-                   {"case/out/y": np.array([0.7182818, 2.5])})
+    reference.save(
+        src.parent / "hidden" / "reference.npz",
+        {"case/out/y": np.array([0.7182818, 2.5])},
+    )
     with pytest.raises(sect.AssignmentError, match=r"(?s)would leak.*0\.7182818"):
         sect.render("toy", tmp_path)
 
 
-@pytest.mark.parametrize("markup", [
-    "```{literalinclude} ../solutions/toy/toy.ipynb\n```",
-    ":::{include} ../solutions/toy/hidden/notes.md\n:::",
-    "See {download}`the data <../solutions/toy/hidden/reference.npz>`.",
-    "{{ secret }}",
-])
+@pytest.mark.parametrize(
+    "markup",
+    [
+        "```{literalinclude} ../solutions/toy/toy.ipynb\n```",
+        ":::{include} ../solutions/toy/hidden/notes.md\n:::",
+        "See {download}`the data <../solutions/toy/hidden/reference.npz>`.",
+        "{{ secret }}",
+    ],
+)
 def test_notebook_markdown_cannot_pull_in_other_files(tmp_path, markup):
     """The leak scan reads the text; MyST would expand these in the build."""
     make_toy(tmp_path, intro=TOY_INTRO + "\n" + markup + "\n")
@@ -576,9 +668,23 @@ def tiny_project(root: Path, slugs: list[str], pages: dict[str, str]) -> Path:
 
 def sphinx(src: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q", "-b",
-         "html", str(src), str(out)],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "-n",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(src),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 GOOD = ["addressing", "multi-head-attention"]  # a function; a class with methods
@@ -590,10 +696,13 @@ def tiny_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One Sphinx build (myst-nb, -W -n --keep-going) of two real chapters'
     Exercise sections and two broken ones."""
     tmp = tmp_path_factory.mktemp("tiny-book")
-    src = tiny_project(tmp / "src", GOOD,
-                       {s: CHAPTER.format(slug=s) for s in GOOD + BAD})
-    make_toy(src, intro=TOY_INTRO.replace("| PyTorch | 1 | 2 | 3 |",
-                                          "| PyTorch | 1 | 2 | 4 |"))
+    src = tiny_project(
+        tmp / "src", GOOD, {s: CHAPTER.format(slug=s) for s in GOOD + BAD}
+    )
+    make_toy(
+        src,
+        intro=TOY_INTRO.replace("| PyTorch | 1 | 2 | 3 |", "| PyTorch | 1 | 2 | 4 |"),
+    )
     return tmp / "out", sphinx(src, tmp / "out")
 
 
@@ -601,14 +710,25 @@ def tiny_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 def test_tiny_build_renders_the_section_offline_and_leaks_nothing(tiny_build, slug):
     out, built = tiny_build
     log = built.stdout + built.stderr
-    stray = [line for line in log.splitlines() if re.search(r"WARNING|ERROR", line)
-             and not re.search(r"book/(nope|toy)\.md", line)]
+    stray = [
+        line
+        for line in log.splitlines()
+        if re.search(r"WARNING|ERROR", line)
+        and not re.search(r"book/(nope|toy)\.md", line)
+    ]
     assert not stray, log
     page = out / "book" / f"{slug}.html"
     text = leaks.html_text(page)
     ref = reference.load_file(reference.source_path(ROOT, slug))
-    assert leaks.scan_text(text, leaks.secret_lines(source_nb(slug)),
-                           leaks.reference_numbers(ref), str(page)) == []
+    assert (
+        leaks.scan_text(
+            text,
+            leaks.secret_lines(source_nb(slug)),
+            leaks.reference_numbers(ref),
+            str(page),
+        )
+        == []
+    )
     shown = [line for line in solution_and_hidden_lines(slug) if line in text]
     assert not shown, shown
     a = sect.read_assignment(source_nb(slug))
@@ -617,7 +737,8 @@ def test_tiny_build_renders_the_section_offline_and_leaks_nothing(tiny_build, sl
     doc = BeautifulSoup(page.read_text(), "html.parser")
     exercise = doc.find("section", id="exercise")
     assert exercise is not None and not exercise.find("section"), (
-        "the assignment must not add sections to the chapter")
+        "the assignment must not add sections to the chapter"
+    )
     links = [a["href"] for a in exercise.select("a.download")]
     assert len(links) == 1 and links[0].endswith(f"/{slug}.ipynb"), links
     downloaded = (page.parent / links[0]).resolve()
@@ -637,6 +758,7 @@ def test_tiny_build_fails_on_a_bad_assignment(tiny_build):
 
 # --- the built book (slow: the session's full build) --------------------------------
 
+
 @pytest.mark.book
 @pytest.mark.parametrize("slug", assignment_slugs())
 def test_built_chapter_shows_its_assignment_and_nothing_secret(site, slug):
@@ -648,11 +770,19 @@ def test_built_chapter_shows_its_assignment_and_nothing_secret(site, slug):
     assert section is not None, f"{page} has no Exercise section"
     text = section.get_text()
     ref = reference.load_file(reference.source_path(ROOT, slug))
-    assert leaks.scan_text(text, leaks.secret_lines(source_nb(slug)),
-                           leaks.reference_numbers(ref), str(page)) == []
+    assert (
+        leaks.scan_text(
+            text,
+            leaks.secret_lines(source_nb(slug)),
+            leaks.reference_numbers(ref),
+            str(page),
+        )
+        == []
+    )
     assert not [line for line in solution_and_hidden_lines(slug) if line in text]
-    assert all(n in text for p in sect.read_assignment(source_nb(slug)).parts
-               for n in p.names)
+    assert all(
+        n in text for p in sect.read_assignment(source_nb(slug)).parts for n in p.names
+    )
     links = [a["href"] for a in section.select("a.download")]
     assert len(links) == 1, links
     release = ROOT / "exercises" / slug / f"{slug}.ipynb"

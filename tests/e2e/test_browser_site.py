@@ -44,8 +44,9 @@ def search_cases() -> list[tuple[str, str | None]]:
     """(term, chapter the results must include): always "attention"; "multi-head"
     once a chapter on it exists."""
     cases: list[tuple[str, str | None]] = [("attention", None)]
-    multihead = [d for d in CHAPTERS
-                 if re.search(r"multi.?head", f"{d} {title_of(d)}", re.I)]
+    multihead = [
+        d for d in CHAPTERS if re.search(r"multi.?head", f"{d} {title_of(d)}", re.I)
+    ]
     if multihead:
         cases.append(("multi-head", multihead[0]))
     return cases
@@ -59,8 +60,11 @@ def open_page(web, site_url: str, doc: str, query: str = ""):
 
 
 def pages_with_tabs(site) -> list[str]:
-    return [doc for doc in DOCS
-            if "framework-tabs" in (site / f"{doc}.html").read_text(encoding="utf-8")]
+    return [
+        doc
+        for doc in DOCS
+        if "framework-tabs" in (site / f"{doc}.html").read_text(encoding="utf-8")
+    ]
 
 
 def figure_problems(page, doc: str) -> list[str]:
@@ -72,23 +76,36 @@ def figure_problems(page, doc: str) -> list[str]:
              width: img.naturalWidth, height: img.naturalHeight,
              shown: img.checkVisibility(),
              box: img.checkVisibility() ? img.getBoundingClientRect().width
-                                        : null}))""")
+                                        : null}))"""
+    )
     problems = []
-    plots = [code for _, code in code_cells(source_path(doc))
-             if re.search(r"plt\.show\(|show_heatmaps\(", code)]
+    plots = [
+        code
+        for _, code in code_cells(source_path(doc))
+        if re.search(r"plt\.show\(|show_heatmaps\(", code)
+    ]
     if plots and not images:
         problems.append(
             f"{len(plots)} cells draw figures but the page shows no image (was the "
             "book built with a non-inline matplotlib backend, e.g. MPLBACKEND=Agg "
-            "exported by the Makefile?)")
-    problems += [f"image did not load: {i}" for i in images
-                 if not (i["complete"] and i["width"] > 0 and i["height"] > 0)]
-    problems += [f"visible image drawn with zero width: {i}" for i in images
-                 if i["shown"] and not i["box"]]
+            "exported by the Makefile?)"
+        )
+    problems += [
+        f"image did not load: {i}"
+        for i in images
+        if not (i["complete"] and i["width"] > 0 and i["height"] > 0)
+    ]
+    problems += [
+        f"visible image drawn with zero width: {i}"
+        for i in images
+        if i["shown"] and not i["box"]
+    ]
     tofu = page.locator(".cell_output .stderr").filter(has_text="missing from font")
     if tofu.count():
-        problems.append("matplotlib lacks glyphs (CJK labels drawn as boxes): "
-                        + (tofu.first.text_content() or "")[:300])
+        problems.append(
+            "matplotlib lacks glyphs (CJK labels drawn as boxes): "
+            + (tofu.first.text_content() or "")[:300]
+        )
     return problems
 
 
@@ -143,7 +160,8 @@ def test_math_is_typeset_by_mathjax(web, site_url):
           }
           return {math: math.length, untypeset, shown: shown.length, raw,
                   containers: document.querySelectorAll('mjx-container').length};
-        }""")
+        }"""
+    )
     assert report["containers"] > 0, f"{doc}: no mjx-container, MathJax did not run"
     assert report["math"] > 0 and not report["untypeset"], (
         f"{doc}: math left for MathJax but not typeset: {report['untypeset'][:5]}"
@@ -167,8 +185,11 @@ TAB_STATE = """() => [...document.querySelectorAll('div.sd-tab-set.framework-tab
 def assert_all_tabs(page, framework: str, where: str) -> None:
     state = page.evaluate(TAB_STATE)
     assert state, f"{where}: no framework tab sets"
-    wrong = [(i, s) for i, s in enumerate(state)
-             if s["checked"] != framework or s["shown"] != [framework]]
+    wrong = [
+        (i, s)
+        for i, s in enumerate(state)
+        if s["checked"] != framework or s["shown"] != [framework]
+    ]
     assert not wrong, (
         f"{where}: expected every tab set on {framework}; "
         f"{len(wrong)} of {len(state)} are not (index, state): {wrong[:5]}"
@@ -182,7 +203,8 @@ def assert_outputs_follow(page, framework: str, where: str) -> None:
     for tab_set in page.locator("div.sd-tab-set.framework-tabs").all():
         for fw, want in ((framework, True), (other, False)):
             outputs = tab_set.locator(
-                f':scope > label[data-sync-id="{fw}"] + .sd-tab-content .cell_output')
+                f':scope > label[data-sync-id="{fw}"] + .sd-tab-content .cell_output'
+            )
             if outputs.count():
                 assert outputs.first.is_visible() is want, (
                     f"{where}: a {fw} output is {'hidden' if want else 'visible'}"
@@ -203,7 +225,8 @@ def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
 
     # Click PyTorch on the *last* tab set: every other set must follow.
     label = page.locator("div.sd-tab-set.framework-tabs").last.locator(
-        ':scope > label[data-sync-id="pytorch"]')
+        ':scope > label[data-sync-id="pytorch"]'
+    )
     assert label.inner_text().strip() == "PyTorch"
     label.click()
     assert_all_tabs(page, "pytorch", f"{first} after clicking PyTorch")
@@ -219,7 +242,8 @@ def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
         assert_outputs_follow(page, "pytorch", second)
         # and back: choose TensorFlow on the second page, the first one follows
         page.locator("div.sd-tab-set.framework-tabs").first.locator(
-            ':scope > label[data-sync-id="tensorflow"]').click()
+            ':scope > label[data-sync-id="tensorflow"]'
+        ).click()
         assert_all_tabs(page, "tensorflow", f"{second} after clicking TensorFlow")
         page = open_page(web, site_url, first)
         assert_all_tabs(page, "tensorflow", f"{first}, back from {second}")
@@ -231,16 +255,19 @@ def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
     assert_clean(web, f"tabs on {first} / {second}", loads=False)
 
 
-@pytest.mark.parametrize(("term", "expected"), search_cases(),
-                         ids=[t for t, _ in search_cases()])
+@pytest.mark.parametrize(
+    ("term", "expected"), search_cases(), ids=[t for t, _ in search_cases()]
+)
 def test_search_finds(web, site_url, term, expected):
     page = open_page(web, site_url, "search", f"?q={term}")
     page.wait_for_function(
         """() => /found|did not match/i.test(document.querySelector(
              '#search-results .search-summary')?.innerText || '')""",
-        timeout=20_000)
+        timeout=20_000,
+    )
     links = page.locator("#search-results ul.search > li a").evaluate_all(
-        "links => links.map(a => a.href)")
+        "links => links.map(a => a.href)"
+    )
     summary = page.locator("#search-results .search-summary").inner_text()
     assert len(links) >= 1, f"search for {term!r} found nothing: {summary!r}"
     if expected is not None:
@@ -278,7 +305,7 @@ def test_ipynb_download_gives_a_notebook(web, site_url, doc):
 def test_dark_mode_toggle(web, site_url):
     page = open_page(web, site_url, CHAPTERS[0] if CHAPTERS else DOCS[0])
     theme = lambda: page.locator("html").get_attribute("data-theme")  # noqa: E731
-    background = 'getComputedStyle(document.body).backgroundColor'
+    background = "getComputedStyle(document.body).backgroundColor"
     assert theme() == "light", "the reader's light color scheme was not followed"
     light_bg = page.evaluate(background)
     button = page.locator(".theme-switch-button").filter(visible=True).first
@@ -332,7 +359,8 @@ def test_screenshot_and_no_horizontal_overflow(new_web, site_url, doc, viewport)
                     (e.parentElement.className || e.parentElement.tagName) + ' right=' +
                     Math.round(e.getBoundingClientRect().right) + 'px')};
         }""",
-        width)
+        width,
+    )
     widest = sizes["wide"]
     assert sizes["scroll"] <= width + 1 and sizes["inner"] <= width + 1, (
         f"{doc} at {width}px scrolls sideways: scrollWidth {sizes['scroll']}, "

@@ -69,11 +69,14 @@ def payload(name: str) -> str:
         "fetch('/api/contents/xss-'+n+'.txt',{method:'PUT',credentials:'include',"
         "headers:{'Content-Type':'application/json','X-XSRFToken':t},"
         "body:JSON.stringify({type:'file',format:'text',content:n})})"
-        "})('" + name + "')")
+        "})('" + name + "')"
+    )
 
 
-SVG_DOC = ('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" '
-           'onload="{0}"><script>{1}</script><rect width="40" height="40"/></svg>')
+SVG_DOC = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" '
+    'onload="{0}"><script>{1}</script><rect width="40" height="40"/></svg>'
+)
 LINK_TEXT = "open-my-notes"
 
 # vector -> where it lives; every one must stay inert
@@ -81,44 +84,79 @@ MARKDOWN_VECTORS = {
     "md-img": f'Notes <img src="x" onerror="{payload("md-img")}"> end-md-img',
     "md-svg": f'<svg onload="{payload("md-svg")}"><circle r="5"/></svg> end-md-svg',
     "md-iframe": f'<iframe srcdoc="<script>{payload("md-iframe")}</script>">'
-                 f'</iframe> end-md-iframe',
+    f"</iframe> end-md-iframe",
     "md-link": f"[{LINK_TEXT}](javascript:void(top.__xss=['md-link']))",
     "md-data-link": "[data-link](data:text/html;base64,"
-                    "PHNjcmlwdD50b3AuX194c3M9WydkYXRhJ108L3NjcmlwdD4=)",
+    "PHNjcmlwdD50b3AuX194c3M9WydkYXRhJ108L3NjcmlwdD4=)",
 }
-SVG_ATTACHMENT = SVG_DOC.format(payload("svg-attachment-onload"),
-                                payload("svg-attachment-script"))
+SVG_ATTACHMENT = SVG_DOC.format(
+    payload("svg-attachment-onload"), payload("svg-attachment-script")
+)
 HTML_OUTPUTS = [
     f"<b>end-html-script</b><script>{payload('html-script')}</script>",
     f'<img src="x" onerror="{payload("html-img")}"> end-html-img',
     f'<iframe srcdoc="<script>{payload("html-iframe")}</script>"></iframe>',
 ]
-WIDGET = {"application/vnd.jupyter.widget-view+json":
-          {"model_id": "x", "version_major": 2, "version_minor": 0},
-          "text/html": f"<script>{payload('widget')}</script>",
-          "text/plain": "widget-plain"}
+WIDGET = {
+    "application/vnd.jupyter.widget-view+json": {
+        "model_id": "x",
+        "version_major": 2,
+        "version_minor": 0,
+    },
+    "text/html": f"<script>{payload('widget')}</script>",
+    "text/plain": "widget-plain",
+}
 MARKDOWN_OUTPUT = f'<img src="x" onerror="{payload("markdown-output")}"> end-md-out'
-OUTPUT_CODE = "\n".join([
-    "from IPython.display import HTML, SVG, Javascript, Markdown, display",
-    *(f"display(HTML({h!r}))" for h in HTML_OUTPUTS),
-    f"display(Javascript({payload('js')!r}))",
-    f"display(SVG({SVG_DOC.format(payload('svg-onload'), payload('svg-script'))!r}))",
-    f"display(Markdown({MARKDOWN_OUTPUT!r}))",
-    f"display({WIDGET!r}, raw=True)",
-    "print('end-stdout <script>not-markup</script>')",
-])
-VECTORS = sorted([*MARKDOWN_VECTORS, "svg-attachment-onload", "svg-attachment-script",
-                  "html-script", "html-img", "html-iframe", "js", "svg-onload",
-                  "svg-script", "markdown-output", "widget", "report-note",
-                  "cell-tag"])
+OUTPUT_CODE = "\n".join(
+    [
+        "from IPython.display import HTML, SVG, Javascript, Markdown, display",
+        *(f"display(HTML({h!r}))" for h in HTML_OUTPUTS),
+        f"display(Javascript({payload('js')!r}))",
+        f"display(SVG({SVG_DOC.format(payload('svg-onload'), payload('svg-script'))!r}))",  # noqa: E501
+        f"display(Markdown({MARKDOWN_OUTPUT!r}))",
+        f"display({WIDGET!r}, raw=True)",
+        "print('end-stdout <script>not-markup</script>')",
+    ]
+)
+VECTORS = sorted(
+    [
+        *MARKDOWN_VECTORS,
+        "svg-attachment-onload",
+        "svg-attachment-script",
+        "html-script",
+        "html-img",
+        "html-iframe",
+        "js",
+        "svg-onload",
+        "svg-script",
+        "markdown-output",
+        "widget",
+        "report-note",
+        "cell-tag",
+    ]
+)
 # what must still be readable, as text, in the formgrader and the feedback
-VISIBLE = ["end-md-img", "end-md-svg", "end-md-iframe", LINK_TEXT, "end-html-script",
-           "end-html-img", "end-md-out", "end-stdout", "widget-plain"]
+VISIBLE = [
+    "end-md-img",
+    "end-md-svg",
+    "end-md-iframe",
+    LINK_TEXT,
+    "end-html-script",
+    "end-html-img",
+    "end-md-out",
+    "end-stdout",
+    "widget-plain",
+]
 
 
 def markdown_cell(source, **extra):
-    return {"cell_type": "markdown", "metadata": {}, "source": source,
-            "id": secrets.token_hex(4), **extra}
+    return {
+        "cell_type": "markdown",
+        "metadata": {},
+        "source": source,
+        "id": secrets.token_hex(4),
+        **extra,
+    }
 
 
 def hostile_notebook() -> dict:
@@ -128,20 +166,42 @@ def hostile_notebook() -> dict:
     import base64
 
     extras = [markdown_cell(src) for src in MARKDOWN_VECTORS.values()]
-    extras.append(markdown_cell(
-        "![chart](attachment:chart.svg) end-attachment",
-        attachments={"chart.svg": {"image/svg+xml": base64.b64encode(
-            SVG_ATTACHMENT.encode()).decode()}}))
+    extras.append(
+        markdown_cell(
+            "![chart](attachment:chart.svg) end-attachment",
+            attachments={
+                "chart.svg": {
+                    "image/svg+xml": base64.b64encode(SVG_ATTACHMENT.encode()).decode()
+                }
+            },
+        )
+    )
     # an unknown nbgrader id reaches the grading report's notes
-    extras.append(markdown_cell(
-        "report vector", metadata={"nbgrader": {
-            "grade_id": f'<img src=x onerror="{payload("report-note")}">',
-            "solution": False, "grade": False, "locked": False}}))
-    extras.append({"cell_type": "code", "source": "print('end-tag-cell')",
-                   "metadata": {"tags": ['x"><img src=x onerror="top.__xss=[1]">']},
-                   "outputs": [], "execution_count": None, "id": secrets.token_hex(4)})
+    extras.append(
+        markdown_cell(
+            "report vector",
+            metadata={
+                "nbgrader": {
+                    "grade_id": f'<img src=x onerror="{payload("report-note")}">',
+                    "solution": False,
+                    "grade": False,
+                    "locked": False,
+                }
+            },
+        )
+    )
+    extras.append(
+        {
+            "cell_type": "code",
+            "source": "print('end-tag-cell')",
+            "metadata": {"tags": ['x"><img src=x onerror="top.__xss=[1]">']},
+            "outputs": [],
+            "execution_count": None,
+            "id": secrets.token_hex(4),
+        }
+    )
     at = next(i for i, c in enumerate(nb["cells"]) if nbs.grade_id(c) == "tf-solution")
-    nb["cells"][at + 1:at + 1] = extras
+    nb["cells"][at + 1 : at + 1] = extras
     return nb
 
 
@@ -174,8 +234,12 @@ def course(tmp_path_factory):
     with open(root / "grade.log", "w") as log:
         proc = subprocess.run(
             [sys.executable, "-m", "grader", "grade", A, "--cell-timeout", "90"],
-            cwd=root, env=environment(root), stdout=log, stderr=subprocess.STDOUT,
-            timeout=GRADE_TIMEOUT)
+            cwd=root,
+            env=environment(root),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=GRADE_TIMEOUT,
+        )
     print(f"\ngrading the hostile submission: {time.monotonic() - start:.0f} s")
     log_text = (root / "grade.log").read_text()
     assert proc.returncode == 0, log_text[-6000:]
@@ -192,29 +256,45 @@ def formgrader(course, tmp_path_factory):
     env = environment(course)
     for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         env.pop(k, None)
-    env.update(JUPYTER_CONFIG_DIR=str(dirs["config"]),
-               JUPYTER_CONFIG_PATH=str(ROLE_CONFIG),
-               JUPYTER_DATA_DIR=str(dirs["data"]),
-               JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        JUPYTER_CONFIG_DIR=str(dirs["config"]),
+        JUPYTER_CONFIG_PATH=str(ROLE_CONFIG),
+        JUPYTER_DATA_DIR=str(dirs["data"]),
+        JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     token, port = secrets.token_hex(16), free_port()
     log_path = base / "server.log"
     with log_path.open("w") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("jupyter-server")), "--no-browser",
-             "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-             f"--ServerApp.root_dir={course}"],
-            cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                str(Path(sys.executable).with_name("jupyter-server")),
+                "--no-browser",
+                "--allow-root",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={course}",
+            ],
+            cwd=course,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_http(f"{url}/api/status?token={token}", timeout=120,
-                      alive=lambda: proc.poll() is None)
+        wait_for_http(
+            f"{url}/api/status?token={token}",
+            timeout=120,
+            alive=lambda: proc.poll() is None,
+        )
     except Exception as exc:  # noqa: BLE001
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"jupyter server did not start: {exc}\n"
-                    f"{log_path.read_text()[-4000:]}")
+        pytest.fail(
+            f"jupyter server did not start: {exc}\n{log_path.read_text()[-4000:]}"
+        )
     yield {"url": url, "token": token, "log": log_path, "root": course}
     os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -258,8 +338,9 @@ def executed(page) -> list:
 
 def try_links(page) -> None:
     """Click what a curious grader would click: the student's link text."""
-    for link in page.locator(f"a:has-text('{LINK_TEXT}'), a:has-text('data-link')"
-                             ).all():
+    for link in page.locator(
+        f"a:has-text('{LINK_TEXT}'), a:has-text('data-link')"
+    ).all():
         try:
             link.click(timeout=3000, no_wait_after=True)
         except Exception:  # noqa: BLE001  (not clickable: fine)
@@ -281,10 +362,15 @@ class _Active(HTMLParser):
             self.found.append(f"<{tag}>")
         for name, value in attrs:
             value = re.sub(r"\s", "", value or "").lower()
-            if name.startswith("on") and "__xss" in value or name in (
-                    "href", "src", "srcdoc", "data", "action") and (
+            if (
+                name.startswith("on")
+                and "__xss" in value
+                or name in ("href", "src", "srcdoc", "data", "action")
+                and (
                     value.startswith(("javascript:", "data:text", "vbscript:"))
-                    or "__xss" in value):
+                    or "__xss" in value
+                )
+            ):
                 self.found.append(f"<{tag} {name}={value[:60]}>")
 
     def handle_endtag(self, tag):
@@ -302,12 +388,16 @@ def active_payloads(page: str) -> list[str]:
 
 
 def csp_violations(web) -> list[str]:
-    return [line for line in web.log.console
-            if re.search(r"Content Security Policy|Refused to", line)]
+    return [
+        line
+        for line in web.log.console
+        if re.search(r"Content Security Policy|Refused to", line)
+    ]
 
 
 def test_hostile_submission_is_inert_in_formgrader_and_feedback(
-        course, formgrader, new_web):
+    course, formgrader, new_web
+):
     url, token, root = formgrader["url"], formgrader["token"], formgrader["root"]
     sid = submission_id(root)
     web = new_web(label="formgrader")
@@ -328,7 +418,9 @@ def test_hostile_submission_is_inert_in_formgrader_and_feedback(
     # formgrade.js ran and loaded the autograded scores into the score inputs
     page.wait_for_function(
         "() => { const s = document.getElementById('tf-visible');"
-        " return s && s.getAttribute('placeholder') !== null; }", timeout=30_000)
+        " return s && s.getAttribute('placeholder') !== null; }",
+        timeout=30_000,
+    )
     assert page.evaluate("() => typeof submission_id") == "string"
     try_links(page)
     page.wait_for_timeout(1500)  # let any fetch land
@@ -367,7 +459,8 @@ def test_hostile_submission_is_inert_in_formgrader_and_feedback(
     assert not active_payloads(page_html), active_payloads(page_html)
     assert not violations, (
         "the formgrader's own scripts were blocked by the policy:\n"
-        + "\n".join(violations[:20]))
+        + "\n".join(violations[:20])
+    )
 
     # the grading report: the student's text is text, not markup
     md = (root / "grading-report.md").read_text()
@@ -393,33 +486,53 @@ def test_sanitizer_keeps_honest_work_and_grader_outputs():
     from grader.sanitize import markdown_problems, sanitize_notebook
 
     release = nbformat.read(str(ROOT / "exercises" / A / f"{A}.ipynb"), as_version=4)
-    honest = ("# Notes\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n\n$x<y$, `<b>`, "
-              "[docs](https://example.org) ![plot](attachment:p.png)\n\n"
-              "```python\nprint('<script>')\n```")
+    honest = (
+        "# Notes\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n\n$x<y$, `<b>`, "
+        "[docs](https://example.org) ![plot](attachment:p.png)\n\n"
+        "```python\nprint('<script>')\n```"
+    )
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
     svg = base64.b64encode(SVG_ATTACHMENT.encode()).decode()
-    nb = nbformat.v4.new_notebook(metadata={**release.metadata,
-                                            "widgets": {"x": 1}, "title": "<b>"})
+    nb = nbformat.v4.new_notebook(
+        metadata={**release.metadata, "widgets": {"x": 1}, "title": "<b>"}
+    )
     nb.cells = [
         *release.cells,
-        nbformat.v4.new_markdown_cell(honest, attachments={"p.png": {"image/png": png},
-                                                           "s.svg": {"image/svg+xml":
-                                                                     svg}}),
-        nbformat.v4.new_code_cell("x", outputs=[
-            nbformat.v4.new_output("error", ename="GradingError", evalue="<b>",
-                                   traceback=["GradingError: <b> wrong axis"]),
-            nbformat.v4.new_output("stream", name="stdout", text="<i>hi</i>"),
-            nbformat.v4.new_output("display_data", data={
-                "text/html": "<table><tr><td>1</td></tr></table>",
-                "text/plain": "   a\n0  1", "image/png": png},
-                metadata={"image/png": {"width": 3, "onload": "x"},
-                          "text/html": {"isolated": True}})]),
+        nbformat.v4.new_markdown_cell(
+            honest,
+            attachments={"p.png": {"image/png": png}, "s.svg": {"image/svg+xml": svg}},
+        ),
+        nbformat.v4.new_code_cell(
+            "x",
+            outputs=[
+                nbformat.v4.new_output(
+                    "error",
+                    ename="GradingError",
+                    evalue="<b>",
+                    traceback=["GradingError: <b> wrong axis"],
+                ),
+                nbformat.v4.new_output("stream", name="stdout", text="<i>hi</i>"),
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={
+                        "text/html": "<table><tr><td>1</td></tr></table>",
+                        "text/plain": "   a\n0  1",
+                        "image/png": png,
+                    },
+                    metadata={
+                        "image/png": {"width": 3, "onload": "x"},
+                        "text/html": {"isolated": True},
+                    },
+                ),
+            ],
+        ),
     ]
     before = [c.source for c in release.cells if c.cell_type == "markdown"]
     assert not any(markdown_problems(s) for s in before), "course text would change"
     changes = sanitize_notebook(nb)
-    assert [c.source for c in nb.cells if c.cell_type == "markdown"][:len(before)] \
-        == before, "the instructor's markdown was changed"
+    assert [c.source for c in nb.cells if c.cell_type == "markdown"][
+        : len(before)
+    ] == before, "the instructor's markdown was changed"
     cell = nb.cells[len(release.cells)]
     assert cell.source == honest and set(cell.attachments) == {"p.png"}, changes
     error, stream, display = nb.cells[-1].outputs

@@ -83,8 +83,9 @@ def test_committed_release_is_a_release_of_the_sources():
     for a in ASSIGNMENTS:
         src = nbs.read(ROOT / "solutions" / a / f"{a}.ipynb")
         rel = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")
-        assert [nbs.grade_id(c) for c in src["cells"]] == \
-            [nbs.grade_id(c) for c in rel["cells"]]
+        assert [nbs.grade_id(c) for c in src["cells"]] == [
+            nbs.grade_id(c) for c in rel["cells"]
+        ]
         for c in rel["cells"]:
             assert not c.get("outputs") and c.get("execution_count") is None
             if meta(c).get("solution"):
@@ -122,8 +123,9 @@ def test_every_known_mistake_is_named_without_reference_values(assignment):
                 assert tags, message
                 named = next(v for v in check.variants if v.tag == tags[0])
                 same = named.compute(inputs)
-                assert all(np.allclose(same[k], observed[k]) for k in same
-                           if k in predicted), (variant.tag, message)
+                assert all(
+                    np.allclose(same[k], observed[k]) for k in same if k in predicted
+                ), (variant.tag, message)
                 assert leaks.scan_text(message, {}, ref_values, "message") == []
 
 
@@ -136,8 +138,11 @@ def test_reference_solutions_pass_every_check_in_process():
 def test_unmodified_release_fails_every_test_cleanly():
     for a in ASSIGNMENTS:
         rel = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")
-        solutions = {nbs.grade_id(c): nbs.source(c) for c in rel["cells"]
-                     if meta(c).get("solution")}
+        solutions = {
+            nbs.grade_id(c): nbs.source(c)
+            for c in rel["cells"]
+            if meta(c).get("solution")
+        }
         results = run_in_process(a, solutions)
         assert all(results.values()), (a, results)
         hidden = [e for g, e in results.items() if "hidden" in g]
@@ -181,8 +186,12 @@ NOISE = [
     "/x/keras/src/layers/layer.py:431: UserWarning: `build()` was called on layer\n",
     "/x/numpy/core/_methods.py:1: RuntimeWarning: divide by zero encountered\n",
 ]
-NOT_NOISE = ["hello from the student\n", "Traceback (most recent call last):\n",
-             "AssertionError: weights must sum to 1\n", "error: 3 != 4\n"]
+NOT_NOISE = [
+    "hello from the student\n",
+    "Traceback (most recent call last):\n",
+    "AssertionError: weights must sum to 1\n",
+    "error: 3 != 4\n",
+]
 
 
 def test_stderr_noise_pattern():
@@ -208,15 +217,22 @@ def test_ignore_pattern_keeps_points_for_framework_noise_only():
 
     def graded_cell(*texts):
         cell = nbformat.v4.new_code_cell("x = 1")
-        cell.metadata["nbgrader"] = {"grade": True, "grade_id": "t", "points": 2,
-                                     "solution": False, "locked": True,
-                                     "schema_version": 3}
-        cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=t)
-                        for t in texts]
+        cell.metadata["nbgrader"] = {
+            "grade": True,
+            "grade_id": "t",
+            "points": 2,
+            "solution": False,
+            "locked": True,
+            "schema_version": 3,
+        }
+        cell.outputs = [
+            nbformat.v4.new_output("stream", name="stderr", text=t) for t in texts
+        ]
         return cell
 
     nb = nbformat.v4.new_notebook(
-        cells=[graded_cell(*NOISE), graded_cell(NOT_NOISE[0])])
+        cells=[graded_cell(*NOISE), graded_cell(NOT_NOISE[0])]
+    )
     assert determine_grade(nb.cells[0])[0] == 0  # what nbgrader does without it
     nb, _ = pp(nb, {})
     assert determine_grade(nb.cells[0])[0] == 2
@@ -246,8 +262,14 @@ def test_hooks_remove_hidden_data(tmp_path):
 
 def test_gitignore_keeps_grading_state_out():
     ignored = (ROOT / ".gitignore").read_text().split()
-    for name in ("gradebook.db", "gradebook.db.lock", "submitted/", "autograded/",
-                 "feedback/", ".grading/"):
+    for name in (
+        "gradebook.db",
+        "gradebook.db.lock",
+        "submitted/",
+        "autograded/",
+        "feedback/",
+        ".grading/",
+    ):
         assert name in ignored
 
 
@@ -268,8 +290,10 @@ def test_observe_and_judge_work_apart():
     namespace = {"__name__": "__main__"}
     for cell in src["cells"]:
         if cell["cell_type"] == "code" and meta(cell) and not meta(cell).get("grade"):
-            exec(nbs.solution_cells(src).get(meta(cell)["grade_id"], nbs.source(cell)),
-                 namespace)
+            exec(
+                nbs.solution_cells(src).get(meta(cell)["grade_id"], nbs.source(cell)),
+                namespace,
+            )
     ref = reference.load_file(reference.source_path(ROOT, a))
     observations = observe(a, "soft_lookup", "torch", namespace, ref)
     for results in observations.values():

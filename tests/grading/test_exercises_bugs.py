@@ -89,8 +89,9 @@ def message(module, check, case, change):
 
 
 def test_generic_message_names_the_heads_and_the_permutation():
-    text = message(MHA, "forward", "two_heads",
-                   lambda k, v: v[:, ::-1] if k == "weights" else v)
+    text = message(
+        MHA, "forward", "two_heads", lambda k, v: v[:, ::-1] if k == "weights" else v
+    )
     assert "What differs:" in text
     assert "the heads are right but in reverse order" in text
 
@@ -100,29 +101,36 @@ def test_generic_message_names_one_batch_element_and_rows():
         if k == "weights":
             v[1, :, 2] = v[1, :, 2][..., ::-1]  # query 2 of batch element 1
         return v
+
     text = message(MHA, "forward", "two_heads", change)
     assert "only in batch element 1 of 2" in text
     assert "only in query (row) 2 of 3" in text
 
 
 def test_generic_message_reports_a_constant_factor():
-    text = message(MHA, "forward", "two_heads",
-                   lambda k, v: 0.7 * v if k == "weights" else v)
+    text = message(
+        MHA, "forward", "two_heads", lambda k, v: 0.7 * v if k == "weights" else v
+    )
     assert "a constant factor: every entry is about 0.7 times" in text
     assert "rows of weights do not sum to 1" in text
 
 
 def test_generic_message_reports_an_offset_without_its_size():
-    text = message(SELF, "forward", "plain",
-                   lambda k, v: v + 0.123 if k == "outputs" else v)
+    text = message(
+        SELF, "forward", "plain", lambda k, v: v + 0.123 if k == "outputs" else v
+    )
     facts = text.split("What differs: ")[1].splitlines()[0]
     assert facts == "a constant offset: every entry is shifted by the same amount."
 
 
 def test_generic_message_reports_a_transpose():
-    text = message(SELF, "forward", "plain",
-                   lambda k, v: np.swapaxes(v, -1, -2) if k == "weights" else v)
-    assert ("the queries (rows) and keys (columns) axes are swapped" in text), text
+    text = message(
+        SELF,
+        "forward",
+        "plain",
+        lambda k, v: np.swapaxes(v, -1, -2) if k == "weights" else v,
+    )
+    assert "the queries (rows) and keys (columns) axes are swapped" in text, text
 
 
 def test_generic_message_reports_only_masked_positions():
@@ -130,6 +138,7 @@ def test_generic_message_reports_only_masked_positions():
         if k == "weights":
             v = np.where(~SELF.make_cases()["padded"]["attention_mask"], 0.05, v)
         return v
+
     text = message(SELF, "masks", "padded", change)
     assert "only at masked positions" in text
 
@@ -139,11 +148,15 @@ def test_nan_message_says_where():
         if k == "weights":
             v[0, 1] = np.nan  # one query row of batch element 0
         return v
+
     inputs = SELF.make_cases()["plain"]
     exp = SELF.expected("plain", inputs)
     obs = {k: change(k, np.array(v)) for k, v in exp.items()}
-    with pytest.raises(GradingError, match=r"5 of 50 entries, only in batch "
-                                           r"element 0 of 2; only in query"):
+    with pytest.raises(
+        GradingError,
+        match=r"5 of 50 entries, only in batch "
+        r"element 0 of 2; only in query",
+    ):
         verdict(SELF.CHECKS["forward"], "tf", "plain", inputs, exp, obs)
 
 
@@ -164,12 +177,15 @@ def raise_torch(kind):
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize(("kind", "advice"), [
-    ("transpose", "transpose only the last two axes of the keys"),
-    ("view", ".view() after .transpose()"),
-    ("bool", "a mask is used as a boolean"),
-    ("batch_first", "batch_first=True"),
-])
+@pytest.mark.parametrize(
+    ("kind", "advice"),
+    [
+        ("transpose", "transpose only the last two axes of the keys"),
+        ("view", ".view() after .transpose()"),
+        ("bool", "a mask is used as a boolean"),
+        ("batch_first", "batch_first=True"),
+    ],
+)
 def test_framework_errors_get_plain_advice(kind, advice):
     with pytest.raises(GradingError) as err:
         call_student("f(queries, keys)", raise_torch, kind)

@@ -44,8 +44,14 @@ GROUPS = (tuple(ASSIGNMENTS),)  # one course copy with every assignment
 WORKERS = 2
 TIMEOUT = 1500  # seconds for one copy's whole batch
 STUDENTS = ("bug1", "bug2")  # bug3: in process only (test_exercises_bugs)
-NAMED = {"missing-scale", "softmax-axis", "inverted-mask", "transposed-weights",
-         "missing-output-projection", "head-split-without-transpose"}
+NAMED = {
+    "missing-scale",
+    "softmax-axis",
+    "inverted-mask",
+    "transposed-weights",
+    "missing-output-projection",
+    "head-split-without-transpose",
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +64,45 @@ def graded(tmp_path_factory):
     procs = []
     for root in roots:
         log = open(root / "grade_all.log", "w")
-        procs.append((root, log, subprocess.Popen(
-            [sys.executable, "-m", "grader", "grade", "--workers",
-             str(WORKERS)], cwd=root,
-            env=environment(root), stdout=log, stderr=subprocess.STDOUT)))
+        procs.append(
+            (
+                root,
+                log,
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "grader",
+                        "grade",
+                        "--workers",
+                        str(WORKERS),
+                    ],
+                    cwd=root,
+                    env=environment(root),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+            )
+        )
     codes = {}
     for root, log, proc in procs:
         codes[root] = proc.wait(timeout=TIMEOUT)
         log.close()
     elapsed = time.monotonic() - start
     print(f"\nbatch grading of {len(ASSIGNMENTS)} assignments: {elapsed:.0f} s")
-    result = {"roots": roots, "codes": codes, "scores": {}, "feedback": {},
-              "elapsed": elapsed}
+    result = {
+        "roots": roots,
+        "codes": codes,
+        "scores": {},
+        "feedback": {},
+        "elapsed": elapsed,
+    }
     for root in roots:
         result["scores"].update(read_scores(root))
         for page in (root / "feedback").glob("*/*/*.html"):
-            result["feedback"][page.parent.name, page.parent.parent.name] = \
+            result["feedback"][page.parent.name, page.parent.parent.name] = (
                 leaks.html_text(page)
+            )
     return result
 
 
@@ -87,8 +115,10 @@ def test_batch_grading_command_succeeds(graded):
         assert code == 0, log_tail(root)
         rows = list(csv.DictReader(open(root / "grades.csv")))
         graded_pairs = [(r["assignment"], r["student_id"]) for r in rows]
-        submitted = {(p.parent.name, p.parent.parent.name)
-                     for p in (root / "submitted").glob("*/*/*.ipynb")}
+        submitted = {
+            (p.parent.name, p.parent.parent.name)
+            for p in (root / "submitted").glob("*/*/*.ipynb")
+        }
         # every submission graded, once: nothing lost, nothing counted twice
         # (the export has a row per student and assignment, submitted or not)
         assert len(graded_pairs) == len(set(graded_pairs))
@@ -105,9 +135,13 @@ def test_grading_ran_in_parallel_workers_on_disjoint_parts(graded):
             assert f"[w{k}] " in log
         # each submission was converted by exactly one worker
         for a, s in graded["scores"]:
-            converted = [line for line in log.splitlines() if "Converting notebook"
-                         in line and f"/{s}/{a}/{a}.ipynb" in line
-                         and "/parts/" in line]
+            converted = [
+                line
+                for line in log.splitlines()
+                if "Converting notebook" in line
+                and f"/{s}/{a}/{a}.ipynb" in line
+                and "/parts/" in line
+            ]
             assert len(converted) == 1, (a, s, converted)
         # the report records where the time went
         assert report["steps"]["autograde"] > 0
@@ -133,8 +167,9 @@ def test_unmodified_release_scores_zero_without_crashing(graded, assignment):
 
 @pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
 @pytest.mark.parametrize("student", STUDENTS)
-def test_bug_loses_exactly_its_points_and_feedback_names_it(graded, assignment,
-                                                           student):
+def test_bug_loses_exactly_its_points_and_feedback_names_it(
+    graded, assignment, student
+):
     scores = graded["scores"][assignment, student]
     full = points(assignment)
     lost = expected_lost(assignment, student)
@@ -147,7 +182,7 @@ def test_bug_loses_exactly_its_points_and_feedback_names_it(graded, assignment,
 
 
 def test_the_named_mistakes_are_graded_end_to_end():
-    assert NAMED <= {b.tag for b in BUGS if b.student in STUDENTS}
+    assert {b.tag for b in BUGS if b.student in STUDENTS} >= NAMED
 
 
 def test_correct_solution_with_stderr_warnings_keeps_full_marks(graded):
@@ -160,9 +195,9 @@ def test_fresh_release_matches_the_committed_one(graded):
     for root in graded["roots"]:
         for nb_path in sorted((root / "exercises").glob("*/*.ipynb")):
             committed = ROOT / "exercises" / nb_path.parent.name / nb_path.name
-            assert nbs.comparable(nbs.read(nb_path)) == \
-                nbs.comparable(nbs.read(committed)), (
-                f"{committed} is stale: run python -m grader release")
+            assert nbs.comparable(nbs.read(nb_path)) == nbs.comparable(
+                nbs.read(committed)
+            ), f"{committed} is stale: run python -m grader release"
 
 
 def test_hidden_data_reaches_autograde_but_not_students(graded):
@@ -170,8 +205,10 @@ def test_hidden_data_reaches_autograde_but_not_students(graded):
         assert list((root / "autograded").glob("*/*/hidden/reference.npz"))
         assert leaks.scan_release(root) == []
         assert leaks.scan_feedback(root) == []
-        assert leaks.scan_feedback(root, students=["blank"],
-                                   check_solution_code=True) == []
+        assert (
+            leaks.scan_feedback(root, students=["blank"], check_solution_code=True)
+            == []
+        )
         assert not list((root / "feedback").rglob("*.npz"))
     for text in graded["feedback"].values():
         assert "BEGIN HIDDEN TESTS" not in text
@@ -188,11 +225,24 @@ def test_without_ignore_pattern_the_warnings_would_cost_points(graded):
     # plain autograde accepts only this run's staged copies (grader.entry)
     state = root / ".grading"
     run = json.loads((state / "staged-manifest.json").read_text())["run"]
-    subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment,
-                    "--student=warning", "--force", "--IgnorePattern.enabled=False",
-                    f"--CourseDirectory.submitted_directory={state / 'staged'}"],
-                   cwd=root, env={**environment(root), "GRADER_STAGING_RUN": run},
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nbgrader",
+            "autograde",
+            assignment,
+            "--student=warning",
+            "--force",
+            "--IgnorePattern.enabled=False",
+            f"--CourseDirectory.submitted_directory={state / 'staged'}",
+        ],
+        cwd=root,
+        env={**environment(root), "GRADER_STAGING_RUN": run},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     scores = read_scores(root)[assignment, "warning"]
     # PyTorch's UserWarning goes to stderr in the visible and two hidden cells
     assert scores["torch-visible"] == 0 and scores["torch-hidden-attention"] == 0

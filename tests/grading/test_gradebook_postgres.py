@@ -71,8 +71,10 @@ def build_course(dest: Path) -> Path:
     release = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
     for student in EXTRA:
         solutions = student_solutions(A, student.split("-")[0])
-        nbs.write(nbs.submission(release, solutions),
-                  dest / "submitted" / student / A / f"{A}.ipynb")
+        nbs.write(
+            nbs.submission(release, solutions),
+            dest / "submitted" / student / A / f"{A}.ipynb",
+        )
     assert sorted(p.name for p in (dest / "submitted").iterdir()) == sorted(STUDENTS)
     return dest
 
@@ -83,9 +85,23 @@ def start_grading(root: Path, db_url: str, *args, log_name="grade_all.log"):
     env["NBGRADER_DB_URL"] = db_url
     log = open(root / log_name, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grader", "grade", "--workers",
-         str(WORKERS), "--cell-timeout", str(CELL_TIMEOUT), *args, A],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            "--workers",
+            str(WORKERS),
+            "--cell-timeout",
+            str(CELL_TIMEOUT),
+            *args,
+            A,
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     return log, proc
 
 
@@ -111,23 +127,32 @@ def gradebook_rows(db_url: str) -> dict:
     engine = create_engine(db_url)
     try:
         with engine.connect() as conn:
-            assignments = conn.execute(text(
-                "SELECT count(*) FROM assignment WHERE name = :a"), {"a": A}).scalar()
-            submissions = conn.execute(text(
-                "SELECT st.id, count(sa.id) FROM submitted_assignment sa "
-                "JOIN student st ON st.id = sa.student_id "
-                "JOIN assignment a ON a.id = sa.assignment_id "
-                "WHERE a.name = :a GROUP BY st.id"), {"a": A}).all()
-            grades = conn.execute(text(
-                "SELECT st.id, sa.id, sn.id, bc.name, "
-                "COALESCE(g.manual_score, g.auto_score) "
-                "FROM submitted_assignment sa "
-                "JOIN student st ON st.id = sa.student_id "
-                "JOIN assignment a ON a.id = sa.assignment_id "
-                "JOIN submitted_notebook sn ON sn.assignment_id = sa.id "
-                "JOIN grade g ON g.notebook_id = sn.id "
-                "JOIN base_cell bc ON bc.id = g.cell_id "
-                "WHERE a.name = :a"), {"a": A}).all()
+            assignments = conn.execute(
+                text("SELECT count(*) FROM assignment WHERE name = :a"), {"a": A}
+            ).scalar()
+            submissions = conn.execute(
+                text(
+                    "SELECT st.id, count(sa.id) FROM submitted_assignment sa "
+                    "JOIN student st ON st.id = sa.student_id "
+                    "JOIN assignment a ON a.id = sa.assignment_id "
+                    "WHERE a.name = :a GROUP BY st.id"
+                ),
+                {"a": A},
+            ).all()
+            grades = conn.execute(
+                text(
+                    "SELECT st.id, sa.id, sn.id, bc.name, "
+                    "COALESCE(g.manual_score, g.auto_score) "
+                    "FROM submitted_assignment sa "
+                    "JOIN student st ON st.id = sa.student_id "
+                    "JOIN assignment a ON a.id = sa.assignment_id "
+                    "JOIN submitted_notebook sn ON sn.assignment_id = sa.id "
+                    "JOIN grade g ON g.notebook_id = sn.id "
+                    "JOIN base_cell bc ON bc.id = g.cell_id "
+                    "WHERE a.name = :a"
+                ),
+                {"a": A},
+            ).all()
             students = conn.execute(text("SELECT id FROM student")).scalars().all()
     finally:
         engine.dispose()
@@ -136,9 +161,14 @@ def gradebook_rows(db_url: str) -> dict:
         scores.setdefault(student, {})[cell] = score
         grade_rows[student] = grade_rows.get(student, 0) + 1
         ids.setdefault(student, set()).add((sub_id, nb_id))
-    return {"assignments": assignments, "submissions": dict(submissions),
-            "scores": scores, "grade_rows": grade_rows, "ids": ids,
-            "students": sorted(students)}
+    return {
+        "assignments": assignments,
+        "submissions": dict(submissions),
+        "scores": scores,
+        "grade_rows": grade_rows,
+        "ids": ids,
+        "students": sorted(students),
+    }
 
 
 def check_gradebook(rows: dict, students) -> None:
@@ -151,13 +181,15 @@ def check_gradebook(rows: dict, students) -> None:
     for student in students:
         assert rows["grade_rows"][student] == len(cells), student
         assert len(rows["ids"][student]) == 1, student  # one submitted notebook
-        assert rows["scores"][student] == pytest.approx(expected_scores(student)), \
+        assert rows["scores"][student] == pytest.approx(expected_scores(student)), (
             student
+        )
 
 
 def grades_csv(root: Path) -> list[dict]:
-    return [r for r in csv.DictReader(open(root / "grades.csv"))
-            if r["assignment"] == A]
+    return [
+        r for r in csv.DictReader(open(root / "grades.csv")) if r["assignment"] == A
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -190,20 +222,26 @@ def test_gradebook_api_on_postgres(postgres_url, monkeypatch):  # noqa: F811
 
 
 # ------------------------------------------------------------------- (b)
-def test_grade_all_into_postgres(postgres_url, sandbox_tools,  # noqa: F811
-                                 tmp_path):
+def test_grade_all_into_postgres(
+    postgres_url,  # noqa: F811  (the fixture)
+    sandbox_tools,  # noqa: F811
+    tmp_path,
+):
     root = build_course(tmp_path / "course")
     start = time.monotonic()
     code = finish(*start_grading(root, postgres_url))
-    print(f"\ngrade_all --workers {WORKERS}, {len(STUDENTS)} students: "
-          f"{time.monotonic() - start:.0f} s")
+    print(
+        f"\ngrade_all --workers {WORKERS}, {len(STUDENTS)} students: "
+        f"{time.monotonic() - start:.0f} s"
+    )
     assert code == 0, log_tail(root)
     check_gradebook(gradebook_rows(postgres_url), STUDENTS)
     rows = grades_csv(root)
     assert sorted(r["student_id"] for r in rows) == sorted(STUDENTS)
     report = json.loads((root / "grading-report.json").read_text())
     assert {r["student"]: r["score"] for r in report["rows"]} == pytest.approx(
-        {s: sum(expected_scores(s).values()) for s in STUDENTS})
+        {s: sum(expected_scores(s).values()) for s in STUDENTS}
+    )
     assert not (root / "gradebook.db").exists()
     assert not list(root.rglob("gradebook.db*"))  # nothing went to SQLite
 
@@ -216,11 +254,15 @@ def two_graders(postgres_server, sandbox_tools, tmp_path_factory):  # noqa: F811
     base = tmp_path_factory.mktemp("postgres-graders")
     roots = [build_course(base / f"machine{i}") for i in (1, 2)]
     start = time.monotonic()
-    runs = [start_grading(root, url, "--students", ",".join(half))
-            for root, half in zip(roots, HALVES, strict=True)]
+    runs = [
+        start_grading(root, url, "--students", ",".join(half))
+        for root, half in zip(roots, HALVES, strict=True)
+    ]
     codes = [finish(*run) for run in runs]
-    print(f"\ntwo graders at once, {len(STUDENTS)} students: "
-          f"{time.monotonic() - start:.0f} s")
+    print(
+        f"\ntwo graders at once, {len(STUDENTS)} students: "
+        f"{time.monotonic() - start:.0f} s"
+    )
     return {"url": url, "roots": roots, "codes": codes}
 
 
@@ -231,8 +273,9 @@ def test_two_graders_share_one_gradebook(two_graders):
     for root, half in zip(two_graders["roots"], HALVES, strict=True):
         assert not list(root.rglob("gradebook.db*"))
         # each machine graded its half; the export holds the whole gradebook
-        assert {p.parent.name for p in (root / "autograded").glob(f"*/{A}")} \
-            == set(half)
+        assert {p.parent.name for p in (root / "autograded").glob(f"*/{A}")} == set(
+            half
+        )
         assert sorted(r["student_id"] for r in grades_csv(root)) == sorted(STUDENTS)
 
 
@@ -243,8 +286,11 @@ def test_forced_regrade_changes_nothing(two_graders):
         pytest.skip("the concurrent grading failed (see the test above)")
     before = gradebook_rows(url)
     again = [HALVES[0][0], HALVES[1][1]]
-    code = finish(*start_grading(root, url, "--force", "--students", ",".join(again),
-                                 log_name="regrade.log"))
+    code = finish(
+        *start_grading(
+            root, url, "--force", "--students", ",".join(again), log_name="regrade.log"
+        )
+    )
     assert code == 0, log_tail(root, "regrade.log")
     after = gradebook_rows(url)
     assert after["scores"] == before["scores"]

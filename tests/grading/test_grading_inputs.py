@@ -78,13 +78,18 @@ def soft_lookup_tf(queries, keys, values, beta):
     diff = queries[:, :, None, :] - keys[:, None, :, :]
     return _pool(-beta * tf.reduce_sum(tf.square(diff), axis=-1), values)
 '''
-ZEROS_TORCH = '''\
+ZEROS_TORCH = """\
 def soft_lookup_torch(queries, keys, values, beta):
     weights = torch.zeros(queries.shape[0], queries.shape[1], keys.shape[1])
     return torch.zeros(queries.shape[0], queries.shape[1], values.shape[-1]), weights
-'''
-ODD_NAMES = ["new\nline.txt", "-rf", "back`tick|pipe.py", "x" * 200 + ".txt",
-             "tab\there.txt"]
+"""
+ODD_NAMES = [
+    "new\nline.txt",
+    "-rf",
+    "back`tick|pipe.py",
+    "x" * 200 + ".txt",
+    "tab\there.txt",
+]
 
 
 def notebook(tf=None, torch=None) -> dict:
@@ -109,11 +114,20 @@ def prefilled() -> dict:
         if cell["cell_type"] == "code":
             cell["execution_count"] = 4242
             cell["outputs"] = [
-                {"output_type": "stream", "name": "stdout",
-                 "text": "visible tests passed\n"},
-                {"output_type": "display_data", "metadata": {},
-                 "data": {OBSERVATION: json.dumps({"forged": "prefilled"}),
-                          "text/plain": "ok"}}]
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": "visible tests passed\n",
+                },
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {
+                        OBSERVATION: json.dumps({"forged": "prefilled"}),
+                        "text/plain": "ok",
+                    },
+                },
+            ]
     return nb
 
 
@@ -142,15 +156,26 @@ def make_course(root: Path) -> dict:
         return path
 
     put("reference", f"{A}.ipynb", dump(notebook()))
-    put("hidden-line", f"{A}.ipynb", dump(notebook(
-        tf=HIDDEN_LINE + "  # as in the hidden tests\n\n" + REF["tf-solution"])))
+    put(
+        "hidden-line",
+        f"{A}.ipynb",
+        dump(
+            notebook(
+                tf=HIDDEN_LINE + "  # as in the hidden tests\n\n" + REF["tf-solution"]
+            )
+        ),
+    )
     printed = '\nprint("from grader.kernel", "import check")\n'
-    put("leak-printed", f"{A}.ipynb", dump(notebook(
-        torch=REF["torch-solution"] + printed)))
+    put(
+        "leak-printed",
+        f"{A}.ipynb",
+        dump(notebook(torch=REF["torch-solution"] + printed)),
+    )
     # links
     (sub / "link-solution" / A).mkdir(parents=True)
-    os.symlink(root / "solutions" / A / f"{A}.ipynb",
-               sub / "link-solution" / A / f"{A}.ipynb")
+    os.symlink(
+        root / "solutions" / A / f"{A}.ipynb", sub / "link-solution" / A / f"{A}.ipynb"
+    )
     (sub / "link-peer" / A).mkdir(parents=True)
     os.symlink(f"../../reference/{A}/{A}.ipynb", sub / "link-peer" / A / f"{A}.ipynb")
     put("link-secret", f"{A}.ipynb", dump(notebook()))
@@ -169,13 +194,15 @@ def make_course(root: Path) -> dict:
     put("odd-names", f"{A}.ipynb", dump(notebook()))
     for name in ODD_NAMES:
         put("odd-names", name, b"extra\n")
-    with open(os.path.join(os.fsencode(sub / "odd-names" / A), b"\xff\xfe.txt"),
-              "wb") as f:
+    with open(
+        os.path.join(os.fsencode(sub / "odd-names" / A), b"\xff\xfe.txt"), "wb"
+    ) as f:
         f.write(b"not utf-8 name\n")
     put("prefilled", f"{A}.ipynb", dump(prefilled()))
     # ready-made attention
-    put("library-call", f"{A}.ipynb", dump(notebook(tf=DYNAMIC_TF,
-                                                     torch=LIBRARY_TORCH)))
+    put(
+        "library-call", f"{A}.ipynb", dump(notebook(tf=DYNAMIC_TF, torch=LIBRARY_TORCH))
+    )
     return {"secret": secret}
 
 
@@ -207,15 +234,23 @@ NOTES = {
     "deep": ["nested too deeply"],
     "deep-valid": ["nested more than 100 levels"],
     "odd-names": ["new\\nline.txt", "\\udcff\\udcfe.txt", "tab\\there.txt"],
-    "library-call": ["attncourse.torch.soft_attention",
-                     "getattr(attncourse.tf, <computed name>)"],
+    "library-call": [
+        "attncourse.torch.soft_attention",
+        "getattr(attncourse.tf, <computed name>)",
+    ],
     "leak-printed": ["feedback withheld", HIDDEN_LINE],
 }
 
 
 def run(root, *args, env=None, timeout=600):
-    return subprocess.run([sys.executable, *args], cwd=root, capture_output=True,
-                          text=True, timeout=timeout, env=env or environment(root))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or environment(root),
+    )
 
 
 def scores(root: Path, student: str) -> dict:
@@ -223,7 +258,7 @@ def scores(root: Path, student: str) -> dict:
     code = f"""
 import json
 from nbgrader.api import Gradebook, MissingEntry
-with Gradebook("sqlite:///{root / 'gradebook.db'}", "attention-course") as gb:
+with Gradebook("sqlite:///{root / "gradebook.db"}", "attention-course") as gb:
     try:
         sub = gb.find_submission({A!r}, {student!r})
         print(json.dumps({{g.name: g.auto_score for nb in sub.notebooks
@@ -269,25 +304,49 @@ def course(tmp_path_factory):
     nb["metadata"]["attncourse"] = {"staged": True, "hmac": "0" * 64}
     (forged / f"{A}.ipynb").write_bytes(dump(nb))
     digest = hashlib.sha256((forged / f"{A}.ipynb").read_bytes()).hexdigest()
-    guess = hmac.new(b"guessed", json.dumps(
-        [staging.PURPOSE, "forged-run", "reference", A, A, digest]).encode(),
-        hashlib.sha256).hexdigest()
-    (root / ".grading" / staging.MANIFEST).write_text(json.dumps(
-        {"run": "forged-run", "notebooks": {
-            staging.manifest_key("reference", A, A): guess}}))
+    guess = hmac.new(
+        b"guessed",
+        json.dumps([staging.PURPOSE, "forged-run", "reference", A, A, digest]).encode(),
+        hashlib.sha256,
+    ).hexdigest()
+    (root / ".grading" / staging.MANIFEST).write_text(
+        json.dumps(
+            {
+                "run": "forged-run",
+                "notebooks": {staging.manifest_key("reference", A, A): guess},
+            }
+        )
+    )
     attempts["forged"] = run(
-        root, *nbgrader, "autograde", A, "--student=reference",
+        root,
+        *nbgrader,
+        "autograde",
+        A,
+        "--student=reference",
         f"--CourseDirectory.submitted_directory={root / '.grading' / 'staged'}",
-        env={**env, entry.RUN_ENV: "forged-run"})
+        env={**env, entry.RUN_ENV: "forged-run"},
+    )
     attempts["forged-scores"] = scores(root, "reference")
     start = time.monotonic()
-    graded = run(root, "-m", "grader", "grade", "--cell-timeout", str(CELL_TIMEOUT),
-                 timeout=TIMEOUT)
+    graded = run(
+        root,
+        "-m",
+        "grader",
+        "grade",
+        "--cell-timeout",
+        str(CELL_TIMEOUT),
+        timeout=TIMEOUT,
+    )
     print(f"\ngrading {len(EXPECTED)} submissions: {time.monotonic() - start:.0f} s")
     (root / "grade_all.log").write_text(graded.stdout + graded.stderr)
     report = read_report(root) if (root / "grading-report.json").exists() else {}
-    return {"root": root, "graded": graded, "report": report, "attempts": attempts,
-            **facts}
+    return {
+        "root": root,
+        "graded": graded,
+        "report": report,
+        "attempts": attempts,
+        **facts,
+    }
 
 
 def tail(result) -> str:
@@ -308,8 +367,10 @@ def test_the_batch_completes_for_everyone(course):
 def test_score_and_flags(course, student):
     tf, torch, flags, extra = EXPECTED[student]
     row = course["report"][student]
-    got = (row["parts"].get("tf", {}).get("score", 0),
-           row["parts"].get("torch", {}).get("score", 0))
+    got = (
+        row["parts"].get("tf", {}).get("score", 0),
+        row["parts"].get("torch", {}).get("score", 0),
+    )
     assert got == (tf, torch), row["notes"]
     assert flags <= set(row["flags"]) <= flags | extra, row["notes"]
     notes = "\n".join(row["notes"])
@@ -328,7 +389,8 @@ def test_a_leak_withholds_only_that_feedback(course):
         assert page.exists(), student
     # the student's own line is in their feedback, and it is not a leak
     assert HIDDEN_LINE in leaks.html_text(
-        root / "feedback" / "hidden-line" / A / f"{A}.html")
+        root / "feedback" / "hidden-line" / A / f"{A}.html"
+    )
     assert leaks.scan_feedback(root) == []
     assert "feedback of leak-printed/addressing withheld" in course["graded"].stdout
 
@@ -348,15 +410,17 @@ def test_links_are_never_read_through(course):
         page = leaks.html_text(root / "feedback" / student / A / f"{A}.html")
         assert "could not be graded" in page, student
         assert not [s for s in solution_lines["solution"] if s in page], student
-    assert not (root / ".grading" / "staged" / "link-secret" / A /
-                staging.SECRET).exists()
+    assert not (
+        root / ".grading" / "staged" / "link-secret" / A / staging.SECRET
+    ).exists()
     assert (root / "submitted" / "link-secret" / A / staging.SECRET).is_symlink()
 
 
 @pytest.mark.exercises
 def test_prefilled_outputs_do_not_count(course):
-    nb = json.loads((course["root"] / "autograded" / "prefilled" / A
-                     / f"{A}.ipynb").read_text())
+    nb = json.loads(
+        (course["root"] / "autograded" / "prefilled" / A / f"{A}.ipynb").read_text()
+    )
     assert "prefilled" not in json.dumps(nb)
     assert not [c for c in nb["cells"] if c.get("execution_count") == 4242]
     visible = next(c for c in nb["cells"] if nbs.grade_id(c) == "torch-visible")
@@ -384,7 +448,7 @@ def test_plain_nbgrader_autograde_refuses(course):
 def test_the_formgrader_autograde_call_refuses(course):
     out = course["attempts"]["formgrader"]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
-    result = json.loads(line[len("RESULT"):])
+    result = json.loads(line[len("RESULT") :])
     assert result["success"] is False
     assert entry.SAFE_COMMAND in (result["log"] or "") + (result["error"] or "")
     assert all(v is None for v in course["attempts"]["formgrader-scores"].values())
@@ -425,9 +489,13 @@ def folder_with(tmp_path, files: dict) -> Path:
 
 # -------------------------------------------------------------- the scanner
 ADVERSARIAL = {
-    "lt": "<" * 140_000, "lt-a": "<a" * 70_000, "script": "<script " * 20_000,
-    "unclosed": "<script></scrip" * 10_000, "empty-tags": "<>" * 70_000,
-    "style": "<style" * 25_000 + "</style>", "mixed": "<style <script " * 10_000,
+    "lt": "<" * 140_000,
+    "lt-a": "<a" * 70_000,
+    "script": "<script " * 20_000,
+    "unclosed": "<script></scrip" * 10_000,
+    "empty-tags": "<>" * 70_000,
+    "style": "<style" * 25_000 + "</style>",
+    "mixed": "<style <script " * 10_000,
 }
 
 
@@ -452,9 +520,23 @@ def test_visible_text_matches_the_old_regular_expressions():
         return html.unescape(re.sub(r"<[^>]+>", "", raw))
 
     rng = random.Random(0)
-    alphabet = ["<", ">", "a", " ", "<script>", "</script>", "<style x>",
-                "</STYLE>", "<scripts>", "&lt;", "\n", "</script", "<b>", "<Script",
-                "</sCript>"]
+    alphabet = [
+        "<",
+        ">",
+        "a",
+        " ",
+        "<script>",
+        "</script>",
+        "<style x>",
+        "</STYLE>",
+        "<scripts>",
+        "&lt;",
+        "\n",
+        "</script",
+        "<b>",
+        "<Script",
+        "</sCript>",
+    ]
     for _ in range(5000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
         assert leaks.visible_text(s) == old(s), s
@@ -476,7 +558,8 @@ def test_own_text_is_not_a_leak():
     assert leaks.scan_text(page, secrets, np.array([0.123456]), "p", own) == []
     leaked = page + 'check("addressing", "soft_lookup", "tf")'
     assert leaks.scan_text(leaked, secrets, np.zeros(0), "p", own) == [
-        "p: hidden code: 'check(\"addressing\", \"soft_lookup\", \"tf\")'"]
+        'p: hidden code: \'check("addressing", "soft_lookup", "tf")\''
+    ]
 
 
 def test_student_text_leaves_out_instructor_cells(tmp_path):
@@ -526,8 +609,10 @@ def test_a_linked_notebook_or_folder_is_not_graded(tmp_path):
     assert "renamed" not in q.flags
     os.symlink(folder, tmp_path / "linked")
     q = Quiet()
-    assert staging.stage_one(tmp_path / "linked", tmp_path / "o2", A,
-                             {A: template()}, q) is None
+    assert (
+        staging.stage_one(tmp_path / "linked", tmp_path / "o2", A, {A: template()}, q)
+        is None
+    )
     assert "link" in q.flags
 
 
@@ -568,8 +653,9 @@ def test_size_and_depth_bounds(tmp_path, monkeypatch):
     for i, raw in enumerate([b"[" * 100_000 + b"]" * 100_000, dump(nested(120))]):
         q = Quiet()
         folder = folder_with(tmp_path / f"d{i}", {f"{A}.ipynb": raw})
-        assert staging.stage_one(folder, tmp_path / f"o{i}", A, {A: template()},
-                                 q) is None
+        assert (
+            staging.stage_one(folder, tmp_path / f"o{i}", A, {A: template()}, q) is None
+        )
         assert "nested" in " ".join(q.flags["malformed"])
 
 
@@ -590,9 +676,15 @@ def test_many_and_deep_files_are_bounded(tmp_path, monkeypatch):
 
 def test_outputs_and_attachments_are_not_staged(tmp_path):
     nb = prefilled()
-    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "id": "m1",
-                        "source": "![x](attachment:x.png)",
-                        "attachments": {"x.png": {"image/png": "AAAA"}}})
+    nb["cells"].append(
+        {
+            "cell_type": "markdown",
+            "metadata": {},
+            "id": "m1",
+            "source": "![x](attachment:x.png)",
+            "attachments": {"x.png": {"image/png": "AAAA"}},
+        }
+    )
     folder = folder_with(tmp_path, {f"{A}.ipynb": dump(nb)})
     path = staging.stage_one(folder, tmp_path / "out", A, {A: template()}, Quiet())
     staged = json.loads(path.read_text())
@@ -610,60 +702,98 @@ def test_shown_escapes_names():
 
 
 # --------------------------------------------------------------- provenance
-SETUP = [("setup", "import attncourse\nimport keras\nimport tensorflow as tf\n"
-                   "import torch\nfrom torch import nn\n")]
+SETUP = [
+    (
+        "setup",
+        "import attncourse\nimport keras\nimport tensorflow as tf\n"
+        "import torch\nfrom torch import nn\n",
+    )
+]
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("import torch.nn.functional as F\nF.scaled_dot_product_attention(q, k, v)",
-     "torch.nn.functional.scaled_dot_product_attention"),
-    ("class M(nn.MultiheadAttention):\n    pass", "torch.nn.MultiheadAttention"),
-    ("layer = tf.keras.layers.MultiHeadAttention(2, 4)",
-     "keras.layers.MultiHeadAttention"),
-    ("ops = keras.ops\nops.dot_product_attention(q, k, v)",
-     "keras.ops.dot_product_attention"),
-    ("g = getattr(torch.nn.functional, 'scaled_dot_product_attention')",
-     "torch.nn.functional.scaled_dot_product_attention"),
-    ("from attncourse.torch import *\nsoft_attention(s, v)",
-     "attncourse.torch.soft_attention"),
-    ("from attncourse import numpy as anp\nanp.key_value_attention(q, k, v, f)",
-     "attncourse.numpy.key_value_attention"),
-    ("%time out = attncourse.torch.soft_attention(s, v)",
-     "attncourse.torch.soft_attention"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (
+            "import torch.nn.functional as F\nF.scaled_dot_product_attention(q, k, v)",
+            "torch.nn.functional.scaled_dot_product_attention",
+        ),
+        ("class M(nn.MultiheadAttention):\n    pass", "torch.nn.MultiheadAttention"),
+        (
+            "layer = tf.keras.layers.MultiHeadAttention(2, 4)",
+            "keras.layers.MultiHeadAttention",
+        ),
+        (
+            "ops = keras.ops\nops.dot_product_attention(q, k, v)",
+            "keras.ops.dot_product_attention",
+        ),
+        (
+            "g = getattr(torch.nn.functional, 'scaled_dot_product_attention')",
+            "torch.nn.functional.scaled_dot_product_attention",
+        ),
+        (
+            "from attncourse.torch import *\nsoft_attention(s, v)",
+            "attncourse.torch.soft_attention",
+        ),
+        (
+            "from attncourse import numpy as anp\nanp.key_value_attention(q, k, v, f)",
+            "attncourse.numpy.key_value_attention",
+        ),
+        (
+            "%time out = attncourse.torch.soft_attention(s, v)",
+            "attncourse.torch.soft_attention",
+        ),
+    ],
+)
 def test_library_calls_are_named(code, expected):
-    found = provenance.scan([("torch-solution", code)],
-                            __import__("grader.assignments.addressing",
-                                       fromlist=["FORBIDDEN"]).FORBIDDEN, SETUP)
+    found = provenance.scan(
+        [("torch-solution", code)],
+        __import__("grader.assignments.addressing", fromlist=["FORBIDDEN"]).FORBIDDEN,
+        SETUP,
+    )
     assert any(expected in c for c in found.calls), found
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("import importlib\nimportlib.import_module('torch')", "importlib"),
-    ("__import__('torch')", "__import__"),
-    ("exec('x = 1')", "exec"), ("eval('1')", "eval"),
-    ("name = 'x'\ngetattr(torch.nn.functional, name)", "<computed name>"),
-    ("vars(torch.nn.functional)['x']", "vars"),
-    ("torch.nn.functional.__dict__['x']", "__dict__"),
-    ("x = torch" + ".nn" * 200 + ".Linear", "attribute chain"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("import importlib\nimportlib.import_module('torch')", "importlib"),
+        ("__import__('torch')", "__import__"),
+        ("exec('x = 1')", "exec"),
+        ("eval('1')", "eval"),
+        ("name = 'x'\ngetattr(torch.nn.functional, name)", "<computed name>"),
+        ("vars(torch.nn.functional)['x']", "vars"),
+        ("torch.nn.functional.__dict__['x']", "__dict__"),
+        ("x = torch" + ".nn" * 200 + ".Linear", "attribute chain"),
+    ],
+)
 def test_dynamic_access_is_flagged(code, expected):
-    found = provenance.scan([("tf-solution", code)], provenance.BUILTIN_ATTENTION,
-                            SETUP)
+    found = provenance.scan(
+        [("tf-solution", code)], provenance.BUILTIN_ATTENTION, SETUP
+    )
     assert any(expected in d for d in found.dynamic), found
 
 
-@pytest.mark.parametrize("assignment", ["addressing", "scoring-functions",
-                                        "soft-hard-attention", "key-value-masking",
-                                        "self-attention", "multi-head-attention",
-                                        "builtin-layers"])
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "addressing",
+        "scoring-functions",
+        "soft-hard-attention",
+        "key-value-masking",
+        "self-attention",
+        "multi-head-attention",
+        "builtin-layers",
+    ],
+)
 def test_honest_solutions_are_not_flagged(assignment):
     """The reference solution and the catalogued mistakes use none of it; in
     builtin-layers the built-in layers are the task."""
     release = release_notebook(assignment)
     for student in ("reference", "bug1", "bug2", "bug3"):
-        nb = nbformat.from_dict(nbs.submission(
-            release, student_solutions(assignment, student)))
+        nb = nbformat.from_dict(
+            nbs.submission(release, student_solutions(assignment, student))
+        )
         q = Quiet()
         staged, _ = staging.rebuild(nb, nbformat.from_dict(release), q)
         staging.check_provenance(staged, nbformat.from_dict(release), assignment, q)
@@ -702,8 +832,9 @@ def test_the_manifest_vouches_for_the_staged_copy_only(tmp_path):
     submitted = tmp_path / "submitted" / "s" / A
     submitted.mkdir(parents=True)
     shutil.copy(path, submitted)
-    assert "not from the grader's staged" in entry.check(state, submitted, "s", A, A,
-                                                         "run-1")
+    assert "not from the grader's staged" in entry.check(
+        state, submitted, "s", A, A, "run-1"
+    )
     path.write_bytes(path.read_bytes().replace(b"beta", b"BETA", 1))
     assert "changed or forged" in entry.check(state, folder, "s", A, A, "run-1")
 
@@ -713,8 +844,10 @@ def test_a_manifest_without_the_secret_is_refused(tmp_path):
     manifest = json.loads((state / staging.MANIFEST).read_text())
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     key = staging.manifest_key("s", A, A)
-    manifest["notebooks"][key] = hmac.new(b"not the secret", json.dumps(
-        [staging.PURPOSE, "run-1", "s", A, A, digest]).encode(),
-        hashlib.sha256).hexdigest()
+    manifest["notebooks"][key] = hmac.new(
+        b"not the secret",
+        json.dumps([staging.PURPOSE, "run-1", "s", A, A, digest]).encode(),
+        hashlib.sha256,
+    ).hexdigest()
     (state / staging.MANIFEST).write_text(json.dumps(manifest))
     assert "changed or forged" in entry.check(state, path.parent, "s", A, A, "run-1")

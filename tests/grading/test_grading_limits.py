@@ -38,13 +38,14 @@ pytestmark = pytest.mark.exercises
 
 A = "addressing"
 CELL_TIMEOUT = 30  # seconds per cell
-TIMEOUT = 900      # seconds for the whole grading run
+TIMEOUT = 900  # seconds for the whole grading run
 
 RELEASE = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
 REF = student_solutions(A, "reference")
 TF_OK, TORCH_OK = REF["tf-solution"], REF["torch-solution"]
 
-SOCKET_FOLDER_FILLER = """\
+SOCKET_FOLDER_FILLER = (
+    """\
 import json
 import os
 import sys
@@ -63,9 +64,12 @@ except OSError as e:
     print("STOPPED", type(e).__name__)
 print("WROTE", written, "MiB", flush=True)
 time.sleep(10)
-""" + TORCH_OK
+"""
+    + TORCH_OK
+)
 
-FILE_FLOOD = """\
+FILE_FLOOD = (
+    """\
 import os
 import time
 
@@ -74,9 +78,12 @@ for i in range(30_000):
     open(f"/tmp/flood/{i}", "w").close()
 print("CREATED 30000 files", flush=True)
 time.sleep(10)
-""" + TF_OK
+"""
+    + TF_OK
+)
 
-FORKED_MEMORY = """\
+FORKED_MEMORY = (
+    """\
 import os
 import time
 
@@ -91,30 +98,51 @@ for _ in range(8):
 for pid in children:
     os.waitpid(pid, 0)
 print("ALL CHILDREN DONE", flush=True)
-""" + TORCH_OK
+"""
+    + TORCH_OK
+)
 
 
 @dataclass
 class Case:
     student: str
-    tf: float           # expected TensorFlow points (of 4)
-    torch: float        # expected PyTorch points (of 4)
-    flags: set          # flags the report must show
-    also: set           # flags it may show besides
-    solutions: dict     # grade id -> code (the reference for the others)
-    notes: tuple = ()   # substrings the report's notes must contain
+    tf: float  # expected TensorFlow points (of 4)
+    torch: float  # expected PyTorch points (of 4)
+    flags: set  # flags the report must show
+    also: set  # flags it may show besides
+    solutions: dict  # grade id -> code (the reference for the others)
+    notes: tuple = ()  # substrings the report's notes must contain
 
 
 CASES = [
     Case("reference", 4, 4, set(), set(), {}),
-    Case("socket-folder-filler", 4, 0, {"disk", "crashed"}, {"suspicious"},
-         {"torch-solution": SOCKET_FOLDER_FILLER},
-         notes=("torch-solution: the kernel wrote", "socket folder")),
-    Case("file-flood", 0, 4, {"disk", "crashed"}, {"suspicious"},
-         {"tf-solution": FILE_FLOOD}, notes=("files in /tmp",)),
-    Case("forked-memory", 4, 0, {"memory", "crashed"}, {"suspicious", "runaway"},
-         {"torch-solution": FORKED_MEMORY},
-         notes=("torch-solution: the kernel's", "(limit 4 GiB)")),
+    Case(
+        "socket-folder-filler",
+        4,
+        0,
+        {"disk", "crashed"},
+        {"suspicious"},
+        {"torch-solution": SOCKET_FOLDER_FILLER},
+        notes=("torch-solution: the kernel wrote", "socket folder"),
+    ),
+    Case(
+        "file-flood",
+        0,
+        4,
+        {"disk", "crashed"},
+        {"suspicious"},
+        {"tf-solution": FILE_FLOOD},
+        notes=("files in /tmp",),
+    ),
+    Case(
+        "forked-memory",
+        4,
+        0,
+        {"memory", "crashed"},
+        {"suspicious", "runaway"},
+        {"torch-solution": FORKED_MEMORY},
+        notes=("torch-solution: the kernel's", "(limit 4 GiB)"),
+    ),
 ]
 
 
@@ -124,8 +152,11 @@ def make_course(dest: Path, cases=CASES, grader_src: Path = ROOT / "grader") -> 
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(ROOT / "attncourse", dest / "attncourse", ignore=ignore)
     shutil.copytree(grader_src, dest / "grader", ignore=ignore)
-    shutil.copytree(ROOT / "solutions" / A, dest / "solutions" / A,
-                    ignore=shutil.ignore_patterns("grader-errors.log"))
+    shutil.copytree(
+        ROOT / "solutions" / A,
+        dest / "solutions" / A,
+        ignore=shutil.ignore_patterns("grader-errors.log"),
+    )
     for case in cases:
         nb = nbs.submission(RELEASE, dict(REF, **case.solutions))
         nbs.write(nb, dest / "submitted" / case.student / A / f"{A}.ipynb")
@@ -134,9 +165,21 @@ def make_course(dest: Path, cases=CASES, grader_src: Path = ROOT / "grader") -> 
 def grade(root: Path, *args, timeout=TIMEOUT) -> int:
     with open(root / "grade_all.log", "w") as log:
         return subprocess.run(
-            [sys.executable, "-m", "grader", "grade", "--cell-timeout",
-             str(CELL_TIMEOUT), *args], cwd=root, env=environment(root),
-            stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            [
+                sys.executable,
+                "-m",
+                "grader",
+                "grade",
+                "--cell-timeout",
+                str(CELL_TIMEOUT),
+                *args,
+            ],
+            cwd=root,
+            env=environment(root),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        ).returncode
 
 
 def read_report(root: Path) -> dict:
@@ -151,18 +194,25 @@ def cell_text(root: Path, student: str) -> dict:
         if cell["cell_type"] == "code" and nbs.grade_id(cell):
             found[nbs.grade_id(cell)] = "\n".join(
                 "".join(o.get("text", "")) + str(o.get("evalue", ""))
-                for o in cell.get("outputs", []))
+                for o in cell.get("outputs", [])
+            )
     return found
 
 
 def peaks(log: str, student: str) -> dict:
     """What the watchdog logged about one student's kernels: peak memory (MiB),
     processes, socket-folder KiB and files, per kernel started."""
-    pattern = (rf"sandbox {re.escape(student)}/{A}: peak memory (\d+) MiB in "
-               rf"(\d+) processes .*?, socket folder (\d+) KiB in (\d+) files")
+    pattern = (
+        rf"sandbox {re.escape(student)}/{A}: peak memory (\d+) MiB in "
+        rf"(\d+) processes .*?, socket folder (\d+) KiB in (\d+) files"
+    )
     found = [tuple(map(int, m)) for m in re.findall(pattern, log)]
-    return {"memory": [f[0] for f in found], "processes": [f[1] for f in found],
-            "socket_kib": [f[2] for f in found], "socket_files": [f[3] for f in found]}
+    return {
+        "memory": [f[0] for f in found],
+        "processes": [f[1] for f in found],
+        "socket_kib": [f[2] for f in found],
+        "socket_files": [f[3] for f in found],
+    }
 
 
 @pytest.fixture(scope="module")

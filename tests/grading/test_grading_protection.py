@@ -47,9 +47,9 @@ from grader.nbgrader_cli import path_with_this_python
 pytestmark = pytest.mark.exercises
 
 A = "addressing"
-CELL_TIMEOUT = 15        # seconds per cell (both courses)
-NOTEBOOK_TIMEOUT = 75    # seconds per notebook in course B (the time-limit case)
-TIMEOUT = 900            # seconds for one course's whole grading run
+CELL_TIMEOUT = 15  # seconds per cell (both courses)
+NOTEBOOK_TIMEOUT = 75  # seconds per notebook in course B (the time-limit case)
+TIMEOUT = 900  # seconds for one course's whole grading run
 SECRET_ENV = "GRADER_TEST_TOKEN"  # must not reach the kernels
 
 RELEASE = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
@@ -70,12 +70,12 @@ def soft_lookup_tf(queries, keys, values, beta):
 @dataclass
 class Case:
     student: str
-    course: str            # "A" or "B"
-    tf: float              # expected TensorFlow points (of 4)
-    torch: float           # expected PyTorch points (of 4)
+    course: str  # "A" or "B"
+    tf: float  # expected TensorFlow points (of 4)
+    torch: float  # expected PyTorch points (of 4)
     flags: set
-    files: object          # (ctx) -> {relative path: bytes}
-    notes: tuple = ()      # substrings the report's notes must contain
+    files: object  # (ctx) -> {relative path: bytes}
+    notes: tuple = ()  # substrings the report's notes must contain
     extra: dict = field(default_factory=dict)
 
 
@@ -97,8 +97,9 @@ def dump(nb) -> bytes:
 
 
 def single(nb_or_fn):
-    return lambda ctx: {f"{A}.ipynb": dump(nb_or_fn(ctx) if callable(nb_or_fn)
-                                           else nb_or_fn)}
+    return lambda ctx: {
+        f"{A}.ipynb": dump(nb_or_fn(ctx) if callable(nb_or_fn) else nb_or_fn)
+    }
 
 
 def cell_index(nb, gid):
@@ -106,8 +107,14 @@ def cell_index(nb, gid):
 
 
 def code_cell(source):
-    return {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
-            "execution_count": None, "id": os.urandom(4).hex()}
+    return {
+        "cell_type": "code",
+        "metadata": {},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+        "id": os.urandom(4).hex(),
+    }
 
 
 # --------------------------------------------------------------- course A
@@ -117,7 +124,8 @@ def _with_sleeps(nb):
         nb["cells"].insert(at, code_cell("import time\ntime.sleep(12)"))
 
 
-PATCH_COMPARISONS = """\
+PATCH_COMPARISONS = (
+    """\
 import math
 import numpy as np
 import numpy.testing
@@ -132,16 +140,22 @@ torch.allclose = lambda *args, **kwargs: True
 torch.testing.assert_close = lambda *args, **kwargs: None
 tf.debugging.assert_near = lambda *args, **kwargs: None
 math.isclose = lambda *args, **kwargs: True
-""" + ZEROS_TORCH
+"""
+    + ZEROS_TORCH
+)
 
-PATCH_BUILTINS = """\
+PATCH_BUILTINS = (
+    """\
 import builtins
 builtins.AssertionError = type("AssertionError", (Exception,), {})
 _isinstance = builtins.isinstance
 builtins.isinstance = lambda obj, cls: _isinstance(obj, cls)
-""" + TF_OK
+"""
+    + TF_OK
+)
 
-PATCH_IPYTHON = """\
+PATCH_IPYTHON = (
+    """\
 _shell = get_ipython()
 _run_cell = _shell.run_cell
 
@@ -153,9 +167,12 @@ def _swallow(raw_cell, *args, **kwargs):
 
 
 _shell.run_cell = _swallow
-""" + TORCH_OK
+"""
+    + TORCH_OK
+)
 
-SHADOW_HELPERS = """\
+SHADOW_HELPERS = (
+    """\
 def expect_close(*args, **kwargs):
     pass
 
@@ -168,18 +185,27 @@ def expect_distribution(*args, **kwargs):
     pass
 
 
-""" + ZEROS_TF
+"""
+    + ZEROS_TF
+)
 
 
 def disk_reader(ctx):
     root = ctx["root"]
-    targets = [f"{root}/solutions/{A}/hidden/reference.npz",
-               f"{root}/solutions/{A}/{A}.ipynb", f"{root}/gradebook.db",
-               f"{root}/.grading/secret", f"{root}/submitted/reference/{A}/{A}.ipynb",
-               f"{root}/autograded/reference/{A}/hidden/reference.npz",
-               f"{root}/nbgrader_config.py", "hidden/reference.npz",
-               "../hidden/reference.npz", f"../../reference/{A}/{A}.ipynb"]
-    return f"""\
+    targets = [
+        f"{root}/solutions/{A}/hidden/reference.npz",
+        f"{root}/solutions/{A}/{A}.ipynb",
+        f"{root}/gradebook.db",
+        f"{root}/.grading/secret",
+        f"{root}/submitted/reference/{A}/{A}.ipynb",
+        f"{root}/autograded/reference/{A}/hidden/reference.npz",
+        f"{root}/nbgrader_config.py",
+        "hidden/reference.npz",
+        "../hidden/reference.npz",
+        f"../../reference/{A}/{A}.ipynb",
+    ]
+    return (
+        f"""\
 import os
 import socket
 for path in {targets!r}:
@@ -194,18 +220,26 @@ print("GRADER", sorted(os.listdir({str(root / "grader")!r})))
 print("UID", os.getuid())
 print("ENV", sorted(os.environ))
 print("HOST", socket.gethostname())
-""" + TF_OK
+"""
+        + TF_OK
+    )
 
 
 def disk_writer(ctx):
     root = ctx["root"]
-    targets = [f"{root}/gradebook.db", f"{root}/submitted/reference/{A}/{A}.ipynb",
-               f"{root}/autograded/reference/{A}/{A}.ipynb",
-               f"{root}/feedback/reference/{A}/{A}.html",
-               f"{root}/solutions/{A}/hidden/reference.npz",
-               f"{root}/exercises/{A}/{A}.ipynb", f"{root}/grader/kernel/recorder.py",
-               f"{root}/grades.csv", f"{root}/.grading/secret",
-               f"{root}/pwned.txt", f"{root}/submitted/disk/{A}/pwned.txt"]
+    targets = [
+        f"{root}/gradebook.db",
+        f"{root}/submitted/reference/{A}/{A}.ipynb",
+        f"{root}/autograded/reference/{A}/{A}.ipynb",
+        f"{root}/feedback/reference/{A}/{A}.html",
+        f"{root}/solutions/{A}/hidden/reference.npz",
+        f"{root}/exercises/{A}/{A}.ipynb",
+        f"{root}/grader/kernel/recorder.py",
+        f"{root}/grades.csv",
+        f"{root}/.grading/secret",
+        f"{root}/pwned.txt",
+        f"{root}/submitted/disk/{A}/pwned.txt",
+    ]
     return f"""\
 import numpy as np
 cached = None
@@ -255,10 +289,12 @@ def _first_line_after_docstring(code: str, line: str) -> str:
 
 # exit when called by a hidden test (which differentiates w.r.t. beta)
 EXIT_TF = _first_line_after_docstring(
-    TF_OK, "    if isinstance(beta, tf.Variable):\n        sys.exit(0)\n")
+    TF_OK, "    if isinstance(beta, tf.Variable):\n        sys.exit(0)\n"
+)
 EXIT_TORCH = _first_line_after_docstring(
     TORCH_OK,
-    "    if torch.is_tensor(beta) and beta.requires_grad:\n        os._exit(0)\n")
+    "    if torch.is_tensor(beta) and beta.requires_grad:\n        os._exit(0)\n",
+)
 
 
 assert EXIT_TF != TF_OK and EXIT_TORCH != TORCH_OK
@@ -303,7 +339,9 @@ def soft_lookup_torch(queries, keys, values, beta):
 '''
 
 
-FORGE = TORCH_OK + """
+FORGE = (
+    TORCH_OK
+    + """
 import json
 import numpy as np
 from grader.kernel.observations import OBSERVATION, observation_payload
@@ -319,12 +357,14 @@ def _forge(result=None):
 
 get_ipython().events.register("post_run_cell", _forge)
 """
+)
 
 
 def _warning(code, kind):
     warn = f'    warnings.warn("slow path", {kind})\n'
-    return "import warnings\n" + code.replace("    diff = queries",
-                                              warn + "    diff = queries", 1)
+    return "import warnings\n" + code.replace(
+        "    diff = queries", warn + "    diff = queries", 1
+    )
 
 
 def _edit_hidden(nb):
@@ -352,8 +392,9 @@ def _duplicate_and_rename(nb):
     cells.insert(at, first)  # a wrong first copy; the second (reference) wins
     for cell in cells:
         cell["id"] = os.urandom(6).hex()
-    cells[cell_index(nb, "torch-visible")]["metadata"]["nbgrader"]["grade_id"] = \
+    cells[cell_index(nb, "torch-visible")]["metadata"]["nbgrader"]["grade_id"] = (
         "torch-visible-renamed"
+    )
 
 
 def _v3(ctx):
@@ -365,15 +406,21 @@ def _v40_kernelspec(nb):
     nb["nbformat_minor"] = 0
     for cell in nb["cells"]:
         cell.pop("id", None)
-    nb["metadata"]["kernelspec"] = {"name": "evil", "display_name": "Evil",
-                                    "language": "python"}
+    nb["metadata"]["kernelspec"] = {
+        "name": "evil",
+        "display_name": "Evil",
+        "language": "python",
+    }
 
 
 def _other_assignment(ctx):
     other = "scoring-functions"
     release = nbs.read(ROOT / "exercises" / other / f"{other}.ipynb")
-    return {f"{A}.ipynb": dump(nbs.submission(release,
-                                              student_solutions(other, "reference")))}
+    return {
+        f"{A}.ipynb": dump(
+            nbs.submission(release, student_solutions(other, "reference"))
+        )
+    }
 
 
 BLANK = json.dumps(RELEASE).encode()
@@ -382,107 +429,319 @@ OK = single(notebook())
 CASES = [
     # ---- course A: bad submissions -------------------------------------
     Case("reference", "A", 4, 4, set(), OK),
-    Case("infinite-loop", "A", 4, 0, {"timeout"}, single(notebook(
-        torch="import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-              "while True:\n    pass\n")),
-        notes=("torch-solution: no end after 15 s", "kernel killed")),
-    Case("os-exit", "A", 4, 0, {"crashed", "suspicious"}, single(notebook(
-        torch="import os\nos._exit(1)\n" + TORCH_OK)),
-        notes=("torch-solution: the kernel exited with code 1",)),
-    Case("segfault", "A", 0, 4, {"crashed", "suspicious"}, single(notebook(
-        tf="import ctypes\nctypes.string_at(0)\n" + TF_OK)),
-        notes=("tf-solution: the kernel was killed by a segmentation fault",)),
-    Case("fork-bomb", "A", 4, 0, {"runaway", "suspicious"}, single(notebook(
-        torch="import os\nwhile True:\n    os.fork()\n" + TORCH_OK)),
-        extra={"also": {"timeout"}}, notes=("torch-solution",)),
-    Case("runaway-threads", "A", 4, 0, {"runaway", "suspicious"}, single(notebook(
-        torch=TORCH_OK + "\nimport threading\nimport time\nfor _ in range(150):\n"
-              "    threading.Thread(target=time.sleep, args=(3600,), daemon=True)"
-              ".start()\n")),
-        notes=("threads running",)),
+    Case(
+        "infinite-loop",
+        "A",
+        4,
+        0,
+        {"timeout"},
+        single(
+            notebook(
+                torch="import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "while True:\n    pass\n"
+            )
+        ),
+        notes=("torch-solution: no end after 15 s", "kernel killed"),
+    ),
+    Case(
+        "os-exit",
+        "A",
+        4,
+        0,
+        {"crashed", "suspicious"},
+        single(notebook(torch="import os\nos._exit(1)\n" + TORCH_OK)),
+        notes=("torch-solution: the kernel exited with code 1",),
+    ),
+    Case(
+        "segfault",
+        "A",
+        0,
+        4,
+        {"crashed", "suspicious"},
+        single(notebook(tf="import ctypes\nctypes.string_at(0)\n" + TF_OK)),
+        notes=("tf-solution: the kernel was killed by a segmentation fault",),
+    ),
+    Case(
+        "fork-bomb",
+        "A",
+        4,
+        0,
+        {"runaway", "suspicious"},
+        single(notebook(torch="import os\nwhile True:\n    os.fork()\n" + TORCH_OK)),
+        extra={"also": {"timeout"}},
+        notes=("torch-solution",),
+    ),
+    Case(
+        "runaway-threads",
+        "A",
+        4,
+        0,
+        {"runaway", "suspicious"},
+        single(
+            notebook(
+                torch=TORCH_OK
+                + "\nimport threading\nimport time\nfor _ in range(150):\n"
+                "    threading.Thread(target=time.sleep, args=(3600,), daemon=True)"
+                ".start()\n"
+            )
+        ),
+        notes=("threads running",),
+    ),
     # a syntax error in the TensorFlow part, a slow cell in the PyTorch part
-    Case("syntax-error-and-slow-cell", "A", 0, 0, {"syntax-error", "timeout"},
-         single(notebook(
-             tf="def soft_lookup_tf(queries, keys, values, beta)\n    return queries\n",
-             torch="import time\ntime.sleep(3600)\n" + TORCH_OK)),
-         notes=("tf-solution: SyntaxError", "torch-solution: interrupted after 15 s")),
+    Case(
+        "syntax-error-and-slow-cell",
+        "A",
+        0,
+        0,
+        {"syntax-error", "timeout"},
+        single(
+            notebook(
+                tf="def soft_lookup_tf(queries, keys, values, beta)\n    return queries\n",  # noqa: E501
+                torch="import time\ntime.sleep(3600)\n" + TORCH_OK,
+            )
+        ),
+        notes=("tf-solution: SyntaxError", "torch-solution: interrupted after 15 s"),
+    ),
     # an exception when called (TensorFlow), a memory bomb (PyTorch)
-    Case("exception-and-memory-bomb", "A", 0, 0, {"memory"}, single(notebook(
-        tf="def soft_lookup_tf(queries, keys, values, beta):\n    return 1 / 0\n",
-        torch="blocks = []\nwhile True:\n    blocks.append(bytearray(512 * 1024**2))\n"
-              + TORCH_OK)), notes=("torch-solution: MemoryError",)),
+    Case(
+        "exception-and-memory-bomb",
+        "A",
+        0,
+        0,
+        {"memory"},
+        single(
+            notebook(
+                tf="def soft_lookup_tf(queries, keys, values, beta):\n    return 1 / 0\n",  # noqa: E501
+                torch="blocks = []\nwhile True:\n    blocks.append(bytearray(512 * 1024**2))\n"  # noqa: E501
+                + TORCH_OK,
+            )
+        ),
+        notes=("torch-solution: MemoryError",),
+    ),
     # an exception in the cell (TensorFlow), huge output (PyTorch, correct)
-    Case("exception-and-huge-output", "A", 0, 4, {"output-limit"}, single(notebook(
-        tf="raise ValueError('not done yet')\n" + TF_OK,
-        torch=TORCH_OK + "\nfor i in range(10**5):\n    print('spam spam spam', i)\n")),
-        notes=("torch-solution: more than",)),
-    Case("missing", "A", 0, 0, {"missing", "extra-files"},
-         lambda ctx: {"notes.txt": b"I forgot to upload the notebook"},
-         notes=("no notebook",)),
-    Case("malformed-json", "A", 0, 0, {"malformed"},
-         lambda ctx: {f"{A}.ipynb": b'{"cells": [{"cell_type": "code", '},
-         notes=("not valid JSON",)),
-    Case("empty-file", "A", 0, 0, {"malformed"}, lambda ctx: {f"{A}.ipynb": b""},
-         notes=("empty file",)),
-    Case("other-assignment", "A", 0, 0, {"wrong-assignment"}, _other_assignment,
-         notes=("scoring-functions",)),
+    Case(
+        "exception-and-huge-output",
+        "A",
+        0,
+        4,
+        {"output-limit"},
+        single(
+            notebook(
+                tf="raise ValueError('not done yet')\n" + TF_OK,
+                torch=TORCH_OK
+                + "\nfor i in range(10**5):\n    print('spam spam spam', i)\n",
+            )
+        ),
+        notes=("torch-solution: more than",),
+    ),
+    Case(
+        "missing",
+        "A",
+        0,
+        0,
+        {"missing", "extra-files"},
+        lambda ctx: {"notes.txt": b"I forgot to upload the notebook"},
+        notes=("no notebook",),
+    ),
+    Case(
+        "malformed-json",
+        "A",
+        0,
+        0,
+        {"malformed"},
+        lambda ctx: {f"{A}.ipynb": b'{"cells": [{"cell_type": "code", '},
+        notes=("not valid JSON",),
+    ),
+    Case(
+        "empty-file",
+        "A",
+        0,
+        0,
+        {"malformed"},
+        lambda ctx: {f"{A}.ipynb": b""},
+        notes=("empty file",),
+    ),
+    Case(
+        "other-assignment",
+        "A",
+        0,
+        0,
+        {"wrong-assignment"},
+        _other_assignment,
+        notes=("scoring-functions",),
+    ),
     # ---- course B: hostile submissions ---------------------------------
     Case("reference", "B", 4, 4, set(), OK),
-    Case("patched-comparisons", "B", 4, 0, {"tampered", "suspicious"},
-         single(notebook(torch=PATCH_COMPARISONS)),
-         notes=("numpy.allclose", "numpy.isclose", "numpy.testing.assert_allclose",
-                "torch.allclose", "torch.testing.assert_close",
-                "tf.debugging.assert_near", "math.isclose")),
-    Case("patched-builtins", "B", 0, 0, {"tampered", "suspicious"},
-         single(notebook(tf=PATCH_BUILTINS, torch=PATCH_IPYTHON)),
-         notes=("builtins.AssertionError", "builtins.isinstance",
-                "IPython shell.run_cell")),
-    Case("shadowed-helpers", "B", 0, 0, {"tampered"},
-         single(notebook(tf=SHADOW_HELPERS)), notes=("notebook name expect_close",)),
+    Case(
+        "patched-comparisons",
+        "B",
+        4,
+        0,
+        {"tampered", "suspicious"},
+        single(notebook(torch=PATCH_COMPARISONS)),
+        notes=(
+            "numpy.allclose",
+            "numpy.isclose",
+            "numpy.testing.assert_allclose",
+            "torch.allclose",
+            "torch.testing.assert_close",
+            "tf.debugging.assert_near",
+            "math.isclose",
+        ),
+    ),
+    Case(
+        "patched-builtins",
+        "B",
+        0,
+        0,
+        {"tampered", "suspicious"},
+        single(notebook(tf=PATCH_BUILTINS, torch=PATCH_IPYTHON)),
+        notes=(
+            "builtins.AssertionError",
+            "builtins.isinstance",
+            "IPython shell.run_cell",
+        ),
+    ),
+    Case(
+        "shadowed-helpers",
+        "B",
+        0,
+        0,
+        {"tampered"},
+        single(notebook(tf=SHADOW_HELPERS)),
+        notes=("notebook name expect_close",),
+    ),
     # reads grader files and opens connections (TensorFlow part, correct),
     # writes grader files and uses what it read (PyTorch part)
-    Case("escape", "B", 4, 0, {"suspicious"}, single(lambda ctx: notebook(
-        tf=disk_reader(ctx) + network(ctx), torch=disk_writer(ctx)))),
-    Case("exit-in-hidden-tests", "B", 1, 1, {"crashed", "suspicious"},
-         single(notebook(tf="import sys\n" + EXIT_TF,
-                         torch="import os\n" + EXIT_TORCH)),
-         notes=("torch-hidden: the kernel exited with code 0",)),
+    Case(
+        "escape",
+        "B",
+        4,
+        0,
+        {"suspicious"},
+        single(
+            lambda ctx: notebook(
+                tf=disk_reader(ctx) + network(ctx), torch=disk_writer(ctx)
+            )
+        ),
+    ),
+    Case(
+        "exit-in-hidden-tests",
+        "B",
+        1,
+        1,
+        {"crashed", "suspicious"},
+        single(notebook(tf="import sys\n" + EXIT_TF, torch="import os\n" + EXIT_TORCH)),
+        notes=("torch-hidden: the kernel exited with code 0",),
+    ),
     # edited hidden tests with a TensorFlow bug the visible test misses; a
     # PyTorch part that returns cached reference values
-    Case("edited-tests-and-cached-values", "B", 1, 0, {"edited-tests"},
-         single(lambda ctx: notebook(
-             tf=TF_OK.replace("tf.reduce_sum(tf.square(diff), axis=-1)",
-                              "tf.sqrt(tf.reduce_sum(tf.square(diff), axis=-1))"),
-             torch=cached_copy(), edit=_edit_hidden)),
-         notes=("test cell tf-hidden was edited",)),
-    Case("forged-results", "B", 4, 0, {"tampered", "suspicious"},
-         single(notebook(torch=FORGE)), notes=("recorded 2 results",)),
-    Case("moved-and-deleted-cells", "B", 4, 4, {"edited-tests"},
-         single(notebook(edit=_move_and_delete)),
-         notes=("moved", "test cell torch-hidden was deleted")),
-    Case("duplicated-cells-and-ids", "B", 4, 4, {"edited-tests"},
-         single(notebook(edit=_duplicate_and_rename)),
-         notes=("tf-visible is duplicated", "unknown nbgrader id")),
-    Case("nbformat-3", "B", 4, 4, {"old-format"}, lambda ctx: {f"{A}.ipynb": _v3(ctx)},
-         notes=("nbformat 3.0",)),
-    Case("nbformat-4.0-and-kernelspec", "B", 4, 4, {"old-format", "kernelspec"},
-         single(notebook(edit=_v40_kernelspec)), notes=("'evil'",)),
+    Case(
+        "edited-tests-and-cached-values",
+        "B",
+        1,
+        0,
+        {"edited-tests"},
+        single(
+            lambda ctx: notebook(
+                tf=TF_OK.replace(
+                    "tf.reduce_sum(tf.square(diff), axis=-1)",
+                    "tf.sqrt(tf.reduce_sum(tf.square(diff), axis=-1))",
+                ),
+                torch=cached_copy(),
+                edit=_edit_hidden,
+            )
+        ),
+        notes=("test cell tf-hidden was edited",),
+    ),
+    Case(
+        "forged-results",
+        "B",
+        4,
+        0,
+        {"tampered", "suspicious"},
+        single(notebook(torch=FORGE)),
+        notes=("recorded 2 results",),
+    ),
+    Case(
+        "moved-and-deleted-cells",
+        "B",
+        4,
+        4,
+        {"edited-tests"},
+        single(notebook(edit=_move_and_delete)),
+        notes=("moved", "test cell torch-hidden was deleted"),
+    ),
+    Case(
+        "duplicated-cells-and-ids",
+        "B",
+        4,
+        4,
+        {"edited-tests"},
+        single(notebook(edit=_duplicate_and_rename)),
+        notes=("tf-visible is duplicated", "unknown nbgrader id"),
+    ),
+    Case(
+        "nbformat-3",
+        "B",
+        4,
+        4,
+        {"old-format"},
+        lambda ctx: {f"{A}.ipynb": _v3(ctx)},
+        notes=("nbformat 3.0",),
+    ),
+    Case(
+        "nbformat-4.0-and-kernelspec",
+        "B",
+        4,
+        4,
+        {"old-format", "kernelspec"},
+        single(notebook(edit=_v40_kernelspec)),
+        notes=("'evil'",),
+    ),
     # a module-shadowing numpy.py / torch.py / attncourse/, extra notebooks
-    Case("extra-files", "B", 4, 4, {"extra-files", "shadowing"},
-         lambda ctx: {f"{A}.ipynb": dump(notebook()), "scratch.ipynb": BLANK,
-                      f"{A}-old.ipynb": BLANK,
-                      "numpy.py": b"raise ImportError('shadowed numpy')\n",
-                      "torch.py": b"raise ImportError('shadowed torch')\n",
-                      "attncourse/__init__.py": b"raise ImportError('shadowed')\n"},
-         notes=("numpy.py", "attncourse", "scratch.ipynb")),
+    Case(
+        "extra-files",
+        "B",
+        4,
+        4,
+        {"extra-files", "shadowing"},
+        lambda ctx: {
+            f"{A}.ipynb": dump(notebook()),
+            "scratch.ipynb": BLANK,
+            f"{A}-old.ipynb": BLANK,
+            "numpy.py": b"raise ImportError('shadowed numpy')\n",
+            "torch.py": b"raise ImportError('shadowed torch')\n",
+            "attncourse/__init__.py": b"raise ImportError('shadowed')\n",
+        },
+        notes=("numpy.py", "attncourse", "scratch.ipynb"),
+    ),
     # another file name, and a correct solution that warns on stderr
-    Case("renamed-with-warnings", "B", 4, 4, {"renamed"},
-         lambda ctx: {"Addressing (1).ipynb": dump(notebook(
-             tf=_warning(TF_OK, "UserWarning"),
-             torch=_warning(TORCH_OK, "DeprecationWarning")))},
-         notes=("Addressing (1).ipynb",)),
-    Case("notebook-time-limit", "B", 0, 0, {"timeout"}, single(notebook(
-        edit=_with_sleeps)), notes=("time limit",)),
+    Case(
+        "renamed-with-warnings",
+        "B",
+        4,
+        4,
+        {"renamed"},
+        lambda ctx: {
+            "Addressing (1).ipynb": dump(
+                notebook(
+                    tf=_warning(TF_OK, "UserWarning"),
+                    torch=_warning(TORCH_OK, "DeprecationWarning"),
+                )
+            )
+        },
+        notes=("Addressing (1).ipynb",),
+    ),
+    Case(
+        "notebook-time-limit",
+        "B",
+        0,
+        0,
+        {"timeout"},
+        single(notebook(edit=_with_sleeps)),
+        notes=("time limit",),
+    ),
 ]
 COURSE_ARGS = {"A": [], "B": ["--notebook-timeout", str(NOTEBOOK_TIMEOUT)]}
 
@@ -494,12 +753,21 @@ def case_id(case):
 def make_course(dest: Path, course: str, ctx: dict) -> None:
     dest.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", dest)
-    shutil.copytree(ROOT / "attncourse", dest / "attncourse",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "grader", dest / "grader",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "solutions" / A, dest / "solutions" / A,
-                    ignore=shutil.ignore_patterns("grader-errors.log"))
+    shutil.copytree(
+        ROOT / "attncourse",
+        dest / "attncourse",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    shutil.copytree(
+        ROOT / "grader",
+        dest / "grader",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    shutil.copytree(
+        ROOT / "solutions" / A,
+        dest / "solutions" / A,
+        ignore=shutil.ignore_patterns("grader-errors.log"),
+    )
     for case in CASES:
         if case.course != course:
             continue
@@ -522,9 +790,20 @@ def environment(root: Path) -> dict:
 def grade(root: Path, *args, log_name="grade_all.log", timeout=TIMEOUT):
     log = open(root / log_name, "w")
     return log, subprocess.Popen(
-        [sys.executable, "-m", "grader", "grade",
-         "--cell-timeout", str(CELL_TIMEOUT), *args], cwd=root,
-        env=environment(root), stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            "--cell-timeout",
+            str(CELL_TIMEOUT),
+            *args,
+        ],
+        cwd=root,
+        env=environment(root),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 class Listener:
@@ -571,8 +850,11 @@ def cell_text(root: Path, student: str) -> dict:
             continue
         parts = []
         for o in cell.get("outputs", []):
-            parts.append(o.get("text", "") if isinstance(o.get("text", ""), str)
-                         else "".join(o["text"]))
+            parts.append(
+                o.get("text", "")
+                if isinstance(o.get("text", ""), str)
+                else "".join(o["text"])
+            )
             parts += [str(o.get("ename", "")), str(o.get("evalue", ""))]
         found[nbs.grade_id(cell) or f"cell {i + 1}"] = "\n".join(parts)
     return found
@@ -589,11 +871,16 @@ def graded(tmp_path_factory):
     for course, root in roots.items():
         ctx[course] = {"root": root, "port": listener.port}
         make_course(root, course, ctx[course])
-    protected = {p: p.read_bytes() for root in roots.values()
-                 for p in [*(root / "submitted" / "reference").rglob("*"),
-                           *(root / "solutions").rglob("*"),
-                           *(root / "grader").rglob("*.py")]
-                 if p.is_file()}
+    protected = {
+        p: p.read_bytes()
+        for root in roots.values()
+        for p in [
+            *(root / "submitted" / "reference").rglob("*"),
+            *(root / "solutions").rglob("*"),
+            *(root / "grader").rglob("*.py"),
+        ]
+        if p.is_file()
+    }
     start = time.monotonic()
     runs = {c: grade(root, *COURSE_ARGS[c]) for c, root in roots.items()}
     codes = {}
@@ -607,10 +894,18 @@ def graded(tmp_path_factory):
     elapsed = time.monotonic() - start
     listener.close()
     print(f"\nsandboxed grading of {len(CASES)} submissions: {elapsed:.0f} s")
-    yield {"roots": roots, "codes": codes, "listener": listener,
-           "protected": protected, "elapsed": elapsed,
-           "reports": {c: read_report(r) for c, r in roots.items()
-                       if (r / "grading-report.json").exists()}}
+    yield {
+        "roots": roots,
+        "codes": codes,
+        "listener": listener,
+        "protected": protected,
+        "elapsed": elapsed,
+        "reports": {
+            c: read_report(r)
+            for c, r in roots.items()
+            if (r / "grading-report.json").exists()
+        },
+    }
 
 
 def log_tail(root: Path, name="grade_all.log") -> str:
@@ -629,8 +924,12 @@ def test_batch_completes_with_a_gradebook_row_for_every_student(graded):
         assert {s for (a, s) in scores if a == A} == students
         for student in students:
             cells = scores[A, student]
-            assert set(cells) == {"tf-visible", "tf-hidden", "torch-visible",
-                                  "torch-hidden"}, student
+            assert set(cells) == {
+                "tf-visible",
+                "tf-hidden",
+                "torch-visible",
+                "torch-hidden",
+            }, student
             assert all(v is not None for v in cells.values()), (student, cells)
         rows = list(csv.DictReader(open(root / "grades.csv")))
         assert {r["student_id"] for r in rows if r["assignment"] == A} == students
@@ -658,8 +957,9 @@ def test_grading_log_and_report_files(graded):
         for case in CASES:
             if case.course == course:
                 assert f"| {case.student} | {A} |" in md
-                line = next(x for x in log.splitlines()
-                            if x.startswith(case.student + " "))
+                line = next(
+                    x for x in log.splitlines() if x.startswith(case.student + " ")
+                )
                 for flag in case.flags:  # the printed table has the flags
                     assert flag in line, (case.student, line)
     log = (graded["roots"]["A"] / "grade_all.log").read_text()
@@ -671,7 +971,11 @@ def test_other_students_are_unaffected(graded):
 
     for root in graded["roots"].values():
         assert read_scores(root)[A, "reference"] == {
-            "tf-visible": 1, "tf-hidden": 3, "torch-visible": 1, "torch-hidden": 3}
+            "tf-visible": 1,
+            "tf-hidden": 3,
+            "torch-visible": 1,
+            "torch-hidden": 3,
+        }
         text = cell_text(root, "reference")
         assert "visible tests passed" in text["tf-visible"]
         assert not any(k for k, v in text.items() if "Error" in v), text
@@ -694,8 +998,15 @@ def test_kernel_cannot_read_or_write_grader_files(graded):
         assert path.read_bytes() == data, path
     for course_root in graded["roots"].values():
         for path in course_root.rglob("*"):
-            if path.is_file() and path.suffix in (".db", ".ipynb", ".npz", ".csv",
-                                                  ".py", ".html", ".txt"):
+            if path.is_file() and path.suffix in (
+                ".db",
+                ".ipynb",
+                ".npz",
+                ".csv",
+                ".py",
+                ".html",
+                ".txt",
+            ):
                 assert b"pwned!" not in path.read_bytes(), path
         assert not (course_root / "pwned.txt").exists()
 
@@ -740,11 +1051,13 @@ def test_hidden_test_results_and_feedback_hold_no_secrets(graded):
             raw = nb_path.read_text()
             assert "vnd.attncourse" not in raw, nb_path  # reports removed
             assert nb_path.stat().st_size < 400_000, nb_path  # output capped
-    crash = leaks.html_text(graded["roots"]["A"] / "feedback" / "os-exit" / A
-                            / f"{A}.html")
+    crash = leaks.html_text(
+        graded["roots"]["A"] / "feedback" / "os-exit" / A / f"{A}.html"
+    )
     assert "KernelDied" in crash and "exited with code 1" in crash
-    empty = leaks.html_text(graded["roots"]["A"] / "feedback" / "empty-file" / A
-                            / f"{A}.html")
+    empty = leaks.html_text(
+        graded["roots"]["A"] / "feedback" / "empty-file" / A / f"{A}.html"
+    )
     assert "could not be graded" in empty and "empty file" in empty
 
 
@@ -753,9 +1066,14 @@ def test_without_bubblewrap_nothing_is_graded(graded, tmp_path):
     before = (root / "grades.csv").read_bytes()
     env = environment(root)
     env["GRADER_BWRAP"] = str(tmp_path / "no-bwrap")
-    out = subprocess.run([sys.executable, "-m", "grader", "grade",
-                          "--force"], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "--force"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "ERROR: cannot sandbox student kernels" in out.stdout
     assert "Nothing was graded" in out.stdout and "--no-sandbox" in out.stdout
@@ -766,14 +1084,25 @@ def test_no_sandbox_is_explicit_and_loud(tmp_path):
     root = tmp_path / "empty-course"
     root.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(ROOT / "attncourse", root / "attncourse",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "grader", root / "grader",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "attncourse",
+        root / "attncourse",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    shutil.copytree(
+        ROOT / "grader",
+        root / "grader",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
     shutil.copytree(ROOT / "solutions" / A, root / "solutions" / A)
-    out = subprocess.run([sys.executable, "-m", "grader", "grade",
-                          "--no-sandbox"], cwd=root, env=environment(root),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "--no-sandbox"],
+        cwd=root,
+        env=environment(root),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "WARNING: --no-sandbox" in out.stdout and "UNSAFE" not in out.stderr
     assert "flagged 'unsandboxed'" in out.stdout
     assert out.returncode == 1  # no submissions: nothing else happened
@@ -797,8 +1126,14 @@ def test_regrading_is_idempotent(graded):
     assert all(same(again[s], before[s]) for s in before)
     assert (root / "grades.csv").read_text() == grades
     forced = ["reference", "exit-in-hidden-tests"]
-    log, proc = grade(root, *COURSE_ARGS["B"], "--force", "--students",
-                      ",".join(forced), log_name="regrade-force.log")
+    log, proc = grade(
+        root,
+        *COURSE_ARGS["B"],
+        "--force",
+        "--students",
+        ",".join(forced),
+        log_name="regrade-force.log",
+    )
     assert proc.wait(timeout=TIMEOUT) == 0, log_tail(root, "regrade-force.log")
     log.close()
     forced_report = read_report(root)

@@ -59,10 +59,10 @@ def test_rebuild_restores_tests_and_keeps_student_cells():
     helper = nbformat.v4.new_code_cell("def helper():\n    return 2")
     cells.insert(cells.index(sol) + 1, helper)
     hidden = next(c for c in cells if staging.gid(c) == "tf-hidden")
-    cells.remove(hidden)                                  # deleted test
+    cells.remove(hidden)  # deleted test
     visible = next(c for c in cells if staging.gid(c) == "tf-visible")
-    visible.source = "print('visible tests passed')"      # edited test
-    cells.insert(0, cells.pop(cells.index(visible)))      # moved test
+    visible.source = "print('visible tests passed')"  # edited test
+    cells.insert(0, cells.pop(cells.index(visible)))  # moved test
     q = Quiet()
     out, code = staging.rebuild(nb, release(), q)
     ids = [staging.gid(c) for c in out.cells]
@@ -71,7 +71,8 @@ def test_rebuild_restores_tests_and_keeps_student_cells():
     graded = {staging.gid(c): c for c in out.cells if staging.gid(c)}
     assert graded["tf-solution"].source == sol.source
     assert graded["tf-visible"].source == next(
-        c.source for c in release().cells if staging.gid(c) == "tf-visible")
+        c.source for c in release().cells if staging.gid(c) == "tf-visible"
+    )
     assert out.cells[out.cells.index(graded["tf-solution"]) + 1].source == helper.source
     assert "def helper" in "\n".join(code)
     notes = " ".join(sum(q.flags.values(), []))
@@ -81,12 +82,17 @@ def test_rebuild_restores_tests_and_keeps_student_cells():
     assert len({c.id for c in out.cells}) == len(out.cells)
 
 
-@pytest.mark.parametrize("raw, what", [
-    (b"", "empty file"), (b"   \n", "empty file"), (b"{", "not valid JSON"),
-    (b"[1, 2]", "not a Jupyter notebook"), (b'{"nbformat": 9, "cells": []}',
-                                             "not a Jupyter notebook"),
-    (b"\xff\xfe\x00", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw, what",
+    [
+        (b"", "empty file"),
+        (b"   \n", "empty file"),
+        (b"{", "not valid JSON"),
+        (b"[1, 2]", "not a Jupyter notebook"),
+        (b'{"nbformat": 9, "cells": []}', "not a Jupyter notebook"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+    ],
+)
 def test_unreadable_notebooks_are_malformed(tmp_path, raw, what):
     folder = tmp_path / "s" / A
     folder.mkdir(parents=True)
@@ -118,12 +124,22 @@ def test_nbgrader_files_are_kept_and_not_extra(tmp_path):
     path = staging.stage_one(folder, tmp_path / "out", A, {A: release()}, q)
     assert q.flags == {}
     assert {p.name for p in path.parent.iterdir()} == {
-        f"{A}.ipynb", staging.TIMESTAMP, staging.SECRET}
+        f"{A}.ipynb",
+        staging.TIMESTAMP,
+        staging.SECRET,
+    }
 
 
 def test_shadowing_names():
-    for name in ("numpy.py", "torch.py", "attncourse", "math.py", "os.py",
-                 "tensorflow", "json.py"):
+    for name in (
+        "numpy.py",
+        "torch.py",
+        "attncourse",
+        "math.py",
+        "os.py",
+        "tensorflow",
+        "json.py",
+    ):
         assert staging.shadows(name), name
     for name in ("notes.txt", "my_helpers_xyz.py", "data.csv", "plot.png"):
         assert not staging.shadows(name), name
@@ -131,16 +147,27 @@ def test_shadowing_names():
 
 def test_suspicious_code_scan():
     assert staging.scan(["x = 1\ndef f(q):\n    return q @ q.T"]) == []
-    found = staging.scan(["import os\nos._exit(0)", "np.allclose = lambda *a: True",
-                          "open('hidden/reference.npz')", "import socket"])
-    assert {"exits the kernel", "patches library functions", "grader files",
-            "network"} <= set(found)
+    found = staging.scan(
+        [
+            "import os\nos._exit(0)",
+            "np.allclose = lambda *a: True",
+            "open('hidden/reference.npz')",
+            "import socket",
+        ]
+    )
+    assert {
+        "exits the kernel",
+        "patches library functions",
+        "grader files",
+        "network",
+    } <= set(found)
 
 
 # ------------------------------------------------------- observations etc.
 def test_observation_round_trip_and_rejections():
-    observed = {"main": {"outputs": np.ones((2, 3)), "grad_beta": None,
-                         "ids": np.arange(3)}}
+    observed = {
+        "main": {"outputs": np.ones((2, 3)), "grad_beta": None, "ids": np.arange(3)}
+    }
     payload = json.dumps(observation_payload(A, "soft_lookup", "tf", observed))
     parsed = parse_observation(payload)
     assert parsed["key"] == (A, "soft_lookup", "tf")
@@ -149,6 +176,7 @@ def test_observation_round_trip_and_rejections():
     bad = json.loads(payload)
     import base64
     import io
+
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     bad["cases"][0]["arrays"] = base64.b64encode(buf.getvalue()).decode()
@@ -164,8 +192,12 @@ def test_grading_inputs_are_per_student_reproducible_and_output_free(tmp_path):
     key = fresh.secret(tmp_path)
     assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
     a1 = fresh.for_student(tmp_path, A, "alice")
-    assert reference.ReferenceData(a1).arrays.keys() == \
-        reference.ReferenceData(fresh.for_student(tmp_path, A, "alice")).arrays.keys()
+    assert (
+        reference.ReferenceData(a1).arrays.keys()
+        == reference.ReferenceData(
+            fresh.for_student(tmp_path, A, "alice")
+        ).arrays.keys()
+    )
     same = fresh.for_student(tmp_path, A, "alice")
     bob = fresh.for_student(tmp_path, A, "bob")
     np.testing.assert_array_equal(a1["main/in/queries"], same["main/in/queries"])
@@ -188,23 +220,35 @@ def test_judge_recorded_reports_cases_in_order():
     for cell in src["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell["cell_type"] == "code" and meta and not meta.get("grade"):
-            exec(nbs.solution_cells(src).get(meta["grade_id"], nbs.source(cell)),
-                 namespace)
-    observed = api.observe(A, "soft_lookup", "torch", namespace,
-                           reference.ReferenceData(fresh.inputs_only(arrays)))
-    recorded = parse_observation(json.dumps(
-        observation_payload(A, "soft_lookup", "torch", observed)))
+            exec(
+                nbs.solution_cells(src).get(meta["grade_id"], nbs.source(cell)),
+                namespace,
+            )
+    observed = api.observe(
+        A,
+        "soft_lookup",
+        "torch",
+        namespace,
+        reference.ReferenceData(fresh.inputs_only(arrays)),
+    )
+    recorded = parse_observation(
+        json.dumps(observation_payload(A, "soft_lookup", "torch", observed))
+    )
     judge_recorded(A, "soft_lookup", "torch", recorded, ref)  # passes
     main = recorded["observed"]["main"]
     main["outputs"] = main["outputs"] * 2
     with pytest.raises(GradingError, match="outputs do not match"):
         judge_recorded(A, "soft_lookup", "torch", recorded, ref)
-    failed = {"key": (A, "soft_lookup", "torch"), "observed": {},
-              "error": {"case": "main", "message": "f raised ValueError: x"}}
+    failed = {
+        "key": (A, "soft_lookup", "torch"),
+        "observed": {},
+        "error": {"case": "main", "message": "f raised ValueError: x"},
+    }
     with pytest.raises(GradingError, match="raised ValueError"):
         judge_recorded(A, "soft_lookup", "torch", failed, ref)
-    assert checks_in('from x import check\ncheck("addressing", "soft_lookup", "tf")') \
-        == [(A, "soft_lookup", "tf")]
+    assert checks_in(
+        'from x import check\ncheck("addressing", "soft_lookup", "tf")'
+    ) == [(A, "soft_lookup", "tf")]
 
 
 def test_probe_sees_patched_functions_and_restores_clean():
@@ -241,11 +285,18 @@ def test_events_are_written_per_phase_and_merged(tmp_path):
 
 # ------------------------------------------------------------------ sandbox
 def test_bwrap_command_line(tmp_path):
-    cmd = sandbox.command(["python", "-c", "pass"], rundir=tmp_path, inputs=None,
-                          limits=sandbox.Limits())
+    cmd = sandbox.command(
+        ["python", "-c", "pass"], rundir=tmp_path, inputs=None, limits=sandbox.Limits()
+    )
     joined = " ".join(cmd)
-    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent",
-                 "--new-session", "--clearenv", "--proc /proc"):
+    for flag in (
+        "--unshare-net",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--proc /proc",
+    ):
         assert flag in joined
     binds = [cmd[i + 1] for i, x in enumerate(cmd) if x in ("--bind", "--ro-bind")]
     assert f"{tmp_path}" in binds  # the connection file's folder, read-only
@@ -255,9 +306,13 @@ def test_bwrap_command_line(tmp_path):
     # the kernel side of the grader, and nothing else of it
     assert str(ROOT / "grader" / "kernel") in binds
     assert str(ROOT / "grader" / "__init__.py") in binds
-    assert not [b for b in binds if b.startswith(str(ROOT / "grader"))
-                and b not in (str(ROOT / "grader" / "kernel"),
-                              str(ROOT / "grader" / "__init__.py"))]
+    assert not [
+        b
+        for b in binds
+        if b.startswith(str(ROOT / "grader"))
+        and b
+        not in (str(ROOT / "grader" / "kernel"), str(ROOT / "grader" / "__init__.py"))
+    ]
 
 
 def test_user_namespace_mode_as_an_unprivileged_user(monkeypatch, tmp_path):
@@ -272,22 +327,42 @@ def test_user_namespace_mode_as_an_unprivileged_user(monkeypatch, tmp_path):
     port = listener.getsockname()[1]
     args = sandbox.namespace_args()
     assert "--unshare-user" in args and "--disable-userns" in args
-    probe = ("import os, socket, subprocess\nprint(os.getuid())\n"
-             "print(subprocess.run(['unshare', '-U', 'true']).returncode != 0)\n"
-             f"try:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
-             "    print('network')\nexcept OSError:\n    print('no network')")
-    cmd = [sandbox.bwrap(), *args, "--die-with-parent", "--new-session",
-           "--clearenv", "--proc", "/proc", "--dev", "/dev",
-           *[x for p in ("/usr", "/lib", "/lib64", "/bin") if Path(p).exists()
-             for x in ("--ro-bind", p, p)], "--", "/usr/bin/python3", "-c", probe]
+    probe = (
+        "import os, socket, subprocess\nprint(os.getuid())\n"
+        "print(subprocess.run(['unshare', '-U', 'true']).returncode != 0)\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+        "    print('network')\nexcept OSError:\n    print('no network')"
+    )
+    cmd = [
+        sandbox.bwrap(),
+        *args,
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *[
+            x
+            for p in ("/usr", "/lib", "/lib64", "/bin")
+            if Path(p).exists()
+            for x in ("--ro-bind", p, p)
+        ],
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        probe,
+    ]
 
     def drop():
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
 
-    out = subprocess.run(cmd, preexec_fn=drop, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        cmd, preexec_fn=drop, capture_output=True, text=True, timeout=60
+    )
     listener.close()
     assert out.stdout.split("\n")[:3] == ["65534", "True", "no network"], out
 
@@ -339,17 +414,21 @@ def test_sandboxed_kernel_limits_and_isolation(light_kernels, tmp_path):
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     socket.create_connection(("127.0.0.1", port), 2).close()
-    out = run_cells([
-        "import os, resource\nlim = resource.getrlimit\n"
-        "print(os.getuid(), lim(resource.RLIMIT_AS)[0], lim(resource.RLIMIT_NPROC)[0])",
-        f"open({str(secret)!r}).read()",
-        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2)\n"
-        "print('connected')",
-        "open('/tmp/big', 'wb').write(b'x' * (100 * 1024 * 1024))",
-        "open('/usr/pwned', 'w')",
-        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))",
-        "import numpy as np\nx = np.ones(10**11)",
-    ], memory_limit=2 * sandbox.GiB, process_limit=300)
+    out = run_cells(
+        [
+            "import os, resource\nlim = resource.getrlimit\n"
+            "print(os.getuid(), lim(resource.RLIMIT_AS)[0], lim(resource.RLIMIT_NPROC)[0])",  # noqa: E501
+            f"open({str(secret)!r}).read()",
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2)\n"
+            "print('connected')",
+            "open('/tmp/big', 'wb').write(b'x' * (100 * 1024 * 1024))",
+            "open('/usr/pwned', 'w')",
+            "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))",
+            "import numpy as np\nx = np.ones(10**11)",
+        ],
+        memory_limit=2 * sandbox.GiB,
+        process_limit=300,
+    )
     listener.close()
     uid, mem, nproc = out[0].split()
     assert int(uid) != 0 or os.geteuid() != 0
@@ -379,31 +458,43 @@ def test_guarded_execute_survives_a_disk_filler_and_a_crash(light_kernels, tmp_p
     cfg = Config()
     cfg.Execute.timeout = 20
     cfg.GuardedExecute.state_dir = str(tmp_path / "state")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in [
-        "x = 41",
-        "import json, sys, os\nfolder = os.path.dirname(json.load(open("
-        "sys.argv[sys.argv.index('-f') + 1]))['ip'])\n"
-        "for i in range(40):\n    try:\n"
-        "        open(f'{folder}/f{i}', 'wb').write(b'x' * 2**20)\n"
-        "    except OSError:\n        pass\n"
-        "import time\ntime.sleep(10)",
-        "print('after', x + 1)",
-        "import os\nos._exit(7)",
-        "print('still', x)",
-    ]])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(s)
+            for s in [
+                "x = 41",
+                "import json, sys, os\nfolder = os.path.dirname(json.load(open("
+                "sys.argv[sys.argv.index('-f') + 1]))['ip'])\n"
+                "for i in range(40):\n    try:\n"
+                "        open(f'{folder}/f{i}', 'wb').write(b'x' * 2**20)\n"
+                "    except OSError:\n        pass\n"
+                "import time\ntime.sleep(10)",
+                "print('after', x + 1)",
+                "import os\nos._exit(7)",
+                "print('still', x)",
+            ]
+        ]
+    )
     pre = GuardedExecute(config=cfg)
     resources = {"nbgrader": {"student": "s", "assignment": "not-a-task"}}
     nb, resources = pre.preprocess(nb, resources)
-    outs = ["".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
-            for c in nb.cells]
+    outs = [
+        "".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
+        for c in nb.cells
+    ]
     assert "socket folder" in outs[1]
     assert "after 42" in outs[2]
     assert "exited with code 7" in outs[3]
     assert "still 41" in outs[4]
     log = ev.load(tmp_path / "state", "not-a-task", "s")
     assert set(log["flags"]) == {"crashed", "disk"}
-    assert resources["attncourse"]["status"] == {0: "ran", 1: "crashed", 2: "ran",
-                                                 3: "crashed", 4: "ran"}
+    assert resources["attncourse"]["status"] == {
+        0: "ran",
+        1: "crashed",
+        2: "ran",
+        3: "crashed",
+        4: "ran",
+    }
 
 
 def test_check_records_instead_of_judging_when_observing(monkeypatch):

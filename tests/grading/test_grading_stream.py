@@ -67,7 +67,7 @@ assert "NotImplementedError" in TF_TODO and "NotImplementedError" in TORCH_TODO
 
 # correct results for the grading inputs, computed the way the hidden test
 # does, with a correct implementation kept out of the notebook's names
-FORGER = f'''
+FORGER = f"""
 import json as _json
 import os as _os
 
@@ -86,9 +86,13 @@ def _forged(fw):
     data = _load_inputs(_os.environ["GRADER_INPUTS"])
     observed = _rec.observe("addressing", "soft_lookup", fw, _right, data)
     return _json.dumps(_payload("addressing", "soft_lookup", fw, observed))
-'''
+"""
 
-FORGED_AFTER_CLEAR = TF_TODO + "\n" + FORGER + '''
+FORGED_AFTER_CLEAR = (
+    TF_TODO
+    + "\n"
+    + FORGER
+    + """
 from IPython.display import clear_output as _clear
 
 
@@ -103,16 +107,19 @@ def _after(result):
 
 
 get_ipython().events.register("post_run_cell", _after)
-'''
+"""
+)
 
-UNIFORM_TORCH = '''
+UNIFORM_TORCH = """
 def soft_lookup_torch(queries, keys, values, beta):
     n = keys.shape[1]
     weights = torch.full((queries.shape[0], queries.shape[1], n), 1.0 / n)
     return weights @ values, weights
-'''
+"""
 
-PATCH_AND_RESTORE = UNIFORM_TORCH + '''
+PATCH_AND_RESTORE = (
+    UNIFORM_TORCH
+    + """
 import numpy as _np
 
 _real_allclose = _np.allclose
@@ -128,9 +135,12 @@ def _restore(*args):
 
 get_ipython().events.register("pre_run_cell", _patch)
 get_ipython().events.register("post_execute", _restore)
-'''
+"""
+)
 
-FORGED_IDLE = FORGER + '''
+FORGED_IDLE = (
+    FORGER
+    + """
 
 def _probe_count():
     for f in get_ipython().events.callbacks["post_run_cell"]:
@@ -152,27 +162,37 @@ def soft_lookup_torch(queries, keys, values, beta):
         import time as _time
         _time.sleep(0.5)
     raise NotImplementedError()
-'''
+"""
+)
 
 # the TensorFlow function leaves a display in its hidden test; the PyTorch
 # solution cell (later) rewrites it in place
 UPDATE_INTO_TEST_TF = TF_OK.replace(
-    '."""\n', '."""\n    if isinstance(beta, tf.Variable):\n'
-    '        from IPython.display import display\n'
-    '        display({"text/plain": "working"}, raw=True, display_id="z")\n', 1)
-UPDATE_INTO_TEST_TORCH = TORCH_OK + '''
+    '."""\n',
+    '."""\n    if isinstance(beta, tf.Variable):\n'
+    "        from IPython.display import display\n"
+    '        display({"text/plain": "working"}, raw=True, display_id="z")\n',
+    1,
+)
+UPDATE_INTO_TEST_TORCH = (
+    TORCH_OK
+    + """
 from IPython.display import update_display
 
 update_display({"text/plain": "all hidden tests passed"}, raw=True, display_id="z")
-'''
+"""
+)
 assert UPDATE_INTO_TEST_TF != TF_OK
 
-HUGE_UPDATE = TORCH_OK + '''
+HUGE_UPDATE = (
+    TORCH_OK
+    + """
 from IPython.display import display
 
 handle = display("a small output", display_id=True)
 handle.update("x" * 30_000_000)
-'''
+"""
+)
 
 
 def npz_bomb(size=2 * 1024**3) -> str:
@@ -180,10 +200,13 @@ def npz_bomb(size=2 * 1024**3) -> str:
     (deflated: about 2 MB)."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        header, {"descr": "<f4", "fortran_order": False, "shape": (size // 4,)})
+        header, {"descr": "<f4", "fortran_order": False, "shape": (size // 4,)}
+    )
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf, \
-            zf.open("outputs.npy", "w", force_zip64=True) as f:
+    with (
+        zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf,
+        zf.open("outputs.npy", "w", force_zip64=True) as f,
+    ):
         f.write(header.getvalue())
         block = bytes(64 * 1024**2)
         for _ in range(size // len(block)):
@@ -192,7 +215,9 @@ def npz_bomb(size=2 * 1024**3) -> str:
 
 
 def bomb_torch(ctx):
-    return TORCH_OK.replace('."""\n', '."""\n    _bomb(beta)\n', 1) + f'''
+    return (
+        TORCH_OK.replace('."""\n', '."""\n    _bomb(beta)\n', 1)
+        + f"""
 
 _BOMB = {ctx["bomb"]!r}
 
@@ -204,16 +229,25 @@ def _bomb(beta):
                  "framework": "torch", "error": None,
                  "cases": [{{"case": "main", "arrays": _BOMB, "missing": []}}]}}
         get_ipython().display_pub.publish(data={{OBSERVATION: fake}}, metadata={{}})
-'''
+"""
+    )
 
 
 def sandbox_view(ctx):
     root = ctx["root"]
-    paths = [f"{root}/solutions/{A}/hidden/reference.npz",
-             f"{root}/solutions/{A}/{A}.ipynb", f"{root}/.grading/secret",
-             f"{root}/.grading", f"{root}/grader/assignments/{A}.py",
-             f"{root}/grader/judging.py", "solutions", ".grading"]
-    return TF_OK + f'''
+    paths = [
+        f"{root}/solutions/{A}/hidden/reference.npz",
+        f"{root}/solutions/{A}/{A}.ipynb",
+        f"{root}/.grading/secret",
+        f"{root}/.grading",
+        f"{root}/grader/assignments/{A}.py",
+        f"{root}/grader/judging.py",
+        "solutions",
+        ".grading",
+    ]
+    return (
+        TF_OK
+        + f"""
 import importlib
 import json
 import os
@@ -236,7 +270,8 @@ for path in {paths!r}:
         print("BLOCKED", path, type(e).__name__)
 with np.load(os.environ["GRADER_INPUTS"]) as f:
     print("INPUT-KEYS", json.dumps(sorted(f.files)))
-'''
+"""
+    )
 
 
 @dataclass
@@ -268,70 +303,140 @@ def _sleeps(seconds, count):
         nb = notebook()
         at = next(i for i, c in enumerate(nb["cells"]) if nbs.grade_id(c) == "setup")
         for _ in range(count):
-            nb["cells"].insert(at + 1, nbformat.v4.new_code_cell(
-                f"import time\ntime.sleep({seconds})"))
+            nb["cells"].insert(
+                at + 1, nbformat.v4.new_code_cell(f"import time\ntime.sleep({seconds})")
+            )
         return nb
+
     return edit
 
 
 def _warning(code, kind):
     warn = f'    warnings.warn("slow path", {kind})\n'
-    return "import warnings\n" + code.replace("    diff = queries",
-                                              warn + "    diff = queries", 1)
+    return "import warnings\n" + code.replace(
+        "    diff = queries", warn + "    diff = queries", 1
+    )
 
 
 # the staging scans: for review, no effect on the score
 SUSPICIOUS = frozenset({"suspicious", "dynamic-code", "library-call"})
 HOSTILE = [
     Case("reference", 4, 4, set(), fixed(notebook())),
-    Case("forged-after-clear", 0, 0, {"tampered"},
-         fixed(notebook(tf=FORGED_AFTER_CLEAR, torch=TORCH_TODO)),
-         notes=("post_run_cell callbacks", "tf-hidden: the test's outputs were "
-                "cleared"), also=SUSPICIOUS),
-    Case("hooks-patch-and-restore", 4, 0, {"tampered"},
-         fixed(notebook(torch=PATCH_AND_RESTORE)),
-         notes=("pre_run_cell callbacks", "post_execute callbacks"),
-         also=SUSPICIOUS),
-    Case("forged-idle", 4, 0, {"tampered"}, fixed(notebook(torch=FORGED_IDLE)),
-         notes=("torch-hidden: messages came for this cell after it had finished",),
-         also=SUSPICIOUS),
-    Case("update-into-test", 1, 0, {"tampered"},
-         fixed(notebook(tf=UPDATE_INTO_TEST_TF, torch=UPDATE_INTO_TEST_TORCH)),
-         notes=("tf-hidden: a display update rewrote the test's outputs",)),
-    Case("huge-display-update", 4, 4, {"output-limit"},
-         fixed(notebook(torch=HUGE_UPDATE)),
-         notes=("torch-solution: a display update of",)),
-    Case("npz-bomb", 4, 1, {"tampered"}, lambda ctx: notebook(torch=bomb_torch(ctx)),
-         notes=("torch-hidden: the hidden test recorded 2 results",),
-         also=SUSPICIOUS),
-    Case("sandbox-view", 4, 4, set(), lambda ctx: notebook(tf=sandbox_view(ctx)),
-         also=SUSPICIOUS),
+    Case(
+        "forged-after-clear",
+        0,
+        0,
+        {"tampered"},
+        fixed(notebook(tf=FORGED_AFTER_CLEAR, torch=TORCH_TODO)),
+        notes=("post_run_cell callbacks", "tf-hidden: the test's outputs were cleared"),
+        also=SUSPICIOUS,
+    ),
+    Case(
+        "hooks-patch-and-restore",
+        4,
+        0,
+        {"tampered"},
+        fixed(notebook(torch=PATCH_AND_RESTORE)),
+        notes=("pre_run_cell callbacks", "post_execute callbacks"),
+        also=SUSPICIOUS,
+    ),
+    Case(
+        "forged-idle",
+        4,
+        0,
+        {"tampered"},
+        fixed(notebook(torch=FORGED_IDLE)),
+        notes=("torch-hidden: messages came for this cell after it had finished",),
+        also=SUSPICIOUS,
+    ),
+    Case(
+        "update-into-test",
+        1,
+        0,
+        {"tampered"},
+        fixed(notebook(tf=UPDATE_INTO_TEST_TF, torch=UPDATE_INTO_TEST_TORCH)),
+        notes=("tf-hidden: a display update rewrote the test's outputs",),
+    ),
+    Case(
+        "huge-display-update",
+        4,
+        4,
+        {"output-limit"},
+        fixed(notebook(torch=HUGE_UPDATE)),
+        notes=("torch-solution: a display update of",),
+    ),
+    Case(
+        "npz-bomb",
+        4,
+        1,
+        {"tampered"},
+        lambda ctx: notebook(torch=bomb_torch(ctx)),
+        notes=("torch-hidden: the hidden test recorded 2 results",),
+        also=SUSPICIOUS,
+    ),
+    Case(
+        "sandbox-view",
+        4,
+        4,
+        set(),
+        lambda ctx: notebook(tf=sandbox_view(ctx)),
+        also=SUSPICIOUS,
+    ),
 ]
 HONEST = [
     Case("reference", 4, 4, set(), fixed(notebook())),
     Case("slow-but-in-time", 4, 4, set(), _sleeps(8, 2)),
-    Case("warning-printing", 4, 4, set(), fixed(notebook(
-        tf=_warning(TF_OK, "UserWarning"), torch=_warning(TORCH_OK,
-                                                          "DeprecationWarning")))),
-    Case("crashing-but-honest", 0, 4, set(), fixed(notebook(
-        tf="def soft_lookup_tf(queries, keys, values, beta):\n"
-           "    return queries[:, :, 10] + [1]\n"))),
-    Case("notebook-time-limit", 0, 0, {"timeout"}, _sleeps(30, 12),
-         notes=("time limit",)),
+    Case(
+        "warning-printing",
+        4,
+        4,
+        set(),
+        fixed(
+            notebook(
+                tf=_warning(TF_OK, "UserWarning"),
+                torch=_warning(TORCH_OK, "DeprecationWarning"),
+            )
+        ),
+    ),
+    Case(
+        "crashing-but-honest",
+        0,
+        4,
+        set(),
+        fixed(
+            notebook(
+                tf="def soft_lookup_tf(queries, keys, values, beta):\n"
+                "    return queries[:, :, 10] + [1]\n"
+            )
+        ),
+    ),
+    Case(
+        "notebook-time-limit", 0, 0, {"timeout"}, _sleeps(30, 12), notes=("time limit",)
+    ),
 ]
-COURSES = {"S": (HOSTILE, ["--cell-timeout", "60"]),
-           "H": (HONEST, ["--cell-timeout", "90", "--notebook-timeout", "240",
-                          "--workers", "2"])}
+COURSES = {
+    "S": (HOSTILE, ["--cell-timeout", "60"]),
+    "H": (
+        HONEST,
+        ["--cell-timeout", "90", "--notebook-timeout", "240", "--workers", "2"],
+    ),
+}
 
 
 def make_course(dest: Path, cases, ctx) -> None:
     dest.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", dest)
     for package in ("attncourse", "grader"):
-        shutil.copytree(ROOT / package, dest / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "solutions" / A, dest / "solutions" / A,
-                    ignore=shutil.ignore_patterns("grader-errors.log"))
+        shutil.copytree(
+            ROOT / package,
+            dest / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+        )
+    shutil.copytree(
+        ROOT / "solutions" / A,
+        dest / "solutions" / A,
+        ignore=shutil.ignore_patterns("grader-errors.log"),
+    )
     for case in cases:
         folder = dest / "submitted" / case.student / A
         folder.mkdir(parents=True)
@@ -340,9 +445,13 @@ def make_course(dest: Path, cases, ctx) -> None:
 
 def run_grading(root: Path, args, log_name="grade_all.log") -> int:
     with open(root / log_name, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "grader", "grade", *args],
-                                cwd=root, env=environment(root), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grader", "grade", *args],
+            cwd=root,
+            env=environment(root),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             return proc.wait(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -386,10 +495,16 @@ def hostile(tmp_path_factory):
     start = time.monotonic()
     code = run_grading(root, args)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB
-    print(f"\ncourse S: {time.monotonic() - start:.0f} s, peak child RSS "
-          f"{peak >> 10} MiB")
-    return {"root": root, "code": code, "peak_kib": peak, "before_kib": before,
-            "report": read_report(root) if code == 0 else {}}
+    print(
+        f"\ncourse S: {time.monotonic() - start:.0f} s, peak child RSS {peak >> 10} MiB"
+    )
+    return {
+        "root": root,
+        "code": code,
+        "peak_kib": peak,
+        "before_kib": before,
+        "report": read_report(root) if code == 0 else {},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -398,8 +513,9 @@ def honest(tmp_path_factory):
     root = tmp_path_factory.mktemp("stream") / "courseH"
     cases, args = COURSES["H"]
     make_course(root, cases, {"root": root})
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(2)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)
+    ]
     try:
         start = time.monotonic()
         code = run_grading(root, args)
@@ -408,8 +524,11 @@ def honest(tmp_path_factory):
         for hog in hogs:
             hog.kill()
             hog.wait()
-    return {"root": root, "code": code,
-            "report": read_report(root) if code == 0 else {}}
+    return {
+        "root": root,
+        "code": code,
+        "report": read_report(root) if code == 0 else {},
+    }
 
 
 def _log_tail(root):
@@ -435,8 +554,9 @@ def test_hostile_stream(hostile, case):
 def test_replaced_results_are_explained_in_feedback(hostile):
     text = cell_text(hostile["root"], "forged-after-clear")
     assert "NotGraded" in text["tf-hidden"] and "NotGraded" in text["torch-hidden"]
-    raw = (hostile["root"] / "autograded" / "forged-after-clear" / A
-           / f"{A}.ipynb").read_text()
+    raw = (
+        hostile["root"] / "autograded" / "forged-after-clear" / A / f"{A}.ipynb"
+    ).read_text()
     assert "vnd.attncourse" not in raw
 
 
@@ -473,12 +593,25 @@ def test_honest_students_under_load_are_never_accused(honest, case):
 
 # ------------------------------------------------------------ unit tests
 def _entry(**kw):
-    entry = {"cell": 3, "run": 2, "kernel": 0, "lag": False, "interrupted": False,
-             "order": ["observation", "report"], "content": 2, "streams": 0,
-             "observations": [(0, "{}")],
-             "reports": [(1, json.dumps({"v": 1, "cell": 2, "changed": []}))],
-             "cleared": 0, "updates": 0, "comms": 0, "ours_updates": 0,
-             "dropped": 0, "malformed": 0, "late": []}
+    entry = {
+        "cell": 3,
+        "run": 2,
+        "kernel": 0,
+        "lag": False,
+        "interrupted": False,
+        "order": ["observation", "report"],
+        "content": 2,
+        "streams": 0,
+        "observations": [(0, "{}")],
+        "reports": [(1, json.dumps({"v": 1, "cell": 2, "changed": []}))],
+        "cleared": 0,
+        "updates": 0,
+        "comms": 0,
+        "ours_updates": 0,
+        "dropped": 0,
+        "malformed": 0,
+        "late": [],
+    }
     entry.update(kw)
     return entry
 
@@ -497,15 +630,18 @@ def test_stream_rules_accept_an_honest_cell():
     assert integrity_problems(_entry(streams=5)) == ([], [])
 
 
-@pytest.mark.parametrize("kw, says", [
-    ({"reports": []}, "no integrity report"),
-    ({"reports": [(1, _report()), (3, _report())], "content": 4}, "2 integrity"),
-    ({"reports": [(0, _report())]}, "not the cell's last output"),
-    ({"reports": [(1, _report(cell=0))]}, "for execution 0, not 2"),
-    ({"reports": [(1, _report(error="interrupted"))]}, "could not finish"),
-    ({"reports": [(1, "not json")]}, "unreadable"),
-    ({"reports": [(1, {"v": 1, "cell": 2, "changed": []})]}, None),  # dict form
-])
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"reports": []}, "no integrity report"),
+        ({"reports": [(1, _report()), (3, _report())], "content": 4}, "2 integrity"),
+        ({"reports": [(0, _report())]}, "not the cell's last output"),
+        ({"reports": [(1, _report(cell=0))]}, "for execution 0, not 2"),
+        ({"reports": [(1, _report(error="interrupted"))]}, "could not finish"),
+        ({"reports": [(1, "not json")]}, "unreadable"),
+        ({"reports": [(1, {"v": 1, "cell": 2, "changed": []})]}, None),  # dict form
+    ],
+)
 def test_integrity_report_rules(kw, says):
     from grader.verdicts import integrity_problems
 
@@ -522,14 +658,19 @@ def test_a_cell_the_grader_interrupted_may_lack_its_report():
     from grader.verdicts import integrity_problems
 
     assert integrity_problems(_entry(reports=[], interrupted=True)) == ([], [])
-    assert integrity_problems(_entry(
-        reports=[(1, _report(error="interrupted"))], interrupted=True)) == ([], [])
+    assert integrity_problems(
+        _entry(reports=[(1, _report(error="interrupted"))], interrupted=True)
+    ) == ([], [])
     changed = json.dumps({"v": 1, "cell": 2, "changed": ["numpy.allclose"]})
-    assert integrity_problems(_entry(reports=[(1, changed)], interrupted=True)) \
-        == (["numpy.allclose"], [])
+    assert integrity_problems(_entry(reports=[(1, changed)], interrupted=True)) == (
+        ["numpy.allclose"],
+        [],
+    )
     # after an interrupt in this kernel the probe's count may lag behind
-    assert integrity_problems(_entry(lag=True, reports=[(1, _report(cell=1))])) \
-        == ([], [])
+    assert integrity_problems(_entry(lag=True, reports=[(1, _report(cell=1))])) == (
+        [],
+        [],
+    )
 
 
 def test_stream_and_test_cell_rules():
@@ -544,9 +685,14 @@ def test_stream_and_test_cell_rules():
 
 
 def _payload(arrays_text):
-    return {"v": 1, "assignment": A, "check": "soft_lookup", "framework": "tf",
-            "error": None, "cases": [{"case": "main", "arrays": arrays_text,
-                                      "missing": []}]}
+    return {
+        "v": 1,
+        "assignment": A,
+        "check": "soft_lookup",
+        "framework": "tf",
+        "error": None,
+        "cases": [{"case": "main", "arrays": arrays_text, "missing": []}],
+    }
 
 
 def test_payload_caps_hold_for_every_form():
@@ -583,7 +729,8 @@ def test_npz_headers_are_checked_before_decoding():
     with zipfile.ZipFile(buf, "w") as zf:
         header = io.BytesIO()
         np.lib.format.write_array_header_1_0(
-            header, {"descr": "<f8", "fortran_order": False, "shape": (10**6,)})
+            header, {"descr": "<f8", "fortran_order": False, "shape": (10**6,)}
+        )
         zf.writestr("x.npy", header.getvalue() + bytes(80))
     with pytest.raises(ValueError, match="declares"):
         decode_arrays(base64.b64encode(buf.getvalue()).decode())
@@ -598,8 +745,11 @@ def test_probe_sees_hooks_tracers_and_publisher():
 
     class Events:
         def __init__(self):
-            self.callbacks = {"pre_run_cell": [], "post_execute": [],
-                              "post_run_cell": []}
+            self.callbacks = {
+                "pre_run_cell": [],
+                "post_execute": [],
+                "post_run_cell": [],
+            }
 
         def register(self, event, f):
             self.callbacks[event].append(f)
@@ -620,8 +770,11 @@ def test_probe_sees_hooks_tracers_and_publisher():
     probe = Probe()
     report = install(shell, object(), probe)
     report()
-    assert json.loads(sent[-1][next(iter(sent[-1]))]) == {"v": 1, "cell": 1,
-                                                          "changed": []}
+    assert json.loads(sent[-1][next(iter(sent[-1]))]) == {
+        "v": 1,
+        "cell": 1,
+        "changed": [],
+    }
     shell.events.register("pre_run_cell", lambda *a: None)
     assert "IPython events: pre_run_cell callbacks" in probe.changes()
     shell.events.callbacks["pre_run_cell"].clear()
@@ -697,20 +850,31 @@ def test_guarded_execute_logs_the_stream_and_verdicts_use_it(monkeypatch, tmp_pa
 
     def grade(source, gid):
         cell = nbformat.v4.new_code_cell(source)
-        cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "points": 1,
-                                     "solution": False, "locked": True}
+        cell.metadata["nbgrader"] = {
+            "grade": True,
+            "grade_id": gid,
+            "points": 1,
+            "solution": False,
+            "locked": True,
+        }
         return cell
 
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("x = 1\nprint('flushed after the report')"),
-        grade("print('visible tests passed', x)", "t-ok"),
-        nbformat.v4.new_code_cell("import time\ntime.sleep(60)"),
-        grade("from IPython.display import clear_output\nprint('failed')\n"
-              "clear_output()", "t-cleared"),
-        nbformat.v4.new_code_cell(
-            "from IPython.display import display\n"
-            "h = display('small', display_id=True)\nh.update('y' * 300_000)"),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("x = 1\nprint('flushed after the report')"),
+            grade("print('visible tests passed', x)", "t-ok"),
+            nbformat.v4.new_code_cell("import time\ntime.sleep(60)"),
+            grade(
+                "from IPython.display import clear_output\nprint('failed')\n"
+                "clear_output()",
+                "t-cleared",
+            ),
+            nbformat.v4.new_code_cell(
+                "from IPython.display import display\n"
+                "h = display('small', display_id=True)\nh.update('y' * 300_000)"
+            ),
+        ]
+    )
     cfg = Config()
     cfg.Execute.timeout = 8
     cfg.GuardedExecute.state_dir = cfg.JudgeHiddenTests.state_dir = str(tmp_path)
@@ -731,7 +895,8 @@ def test_guarded_execute_logs_the_stream_and_verdicts_use_it(monkeypatch, tmp_pa
     log = ev.load(tmp_path, "not-a-task", "s")
     assert set(log["flags"]) == {"timeout", "output-limit", "tampered"}, log
     assert log["flags"]["tampered"] == [
-        "t-cleared: the test's outputs were cleared (clear_output)"]
+        "t-cleared: the test's outputs were cleared (clear_output)"
+    ]
     assert not any(o.get("ename") == "NotGraded" for o in nb.cells[1].outputs)
     assert any(o.get("ename") == "NotGraded" for o in nb.cells[3].outputs)
     assert "vnd.attncourse" not in json.dumps(nb)
@@ -752,15 +917,25 @@ def test_verdicts_count_recorded_results_from_the_stream(tmp_path):
 
     changed = json.dumps({"v": 1, "cell": 1, "changed": ["numpy.allclose"]})
     two = [(0, "{}"), (1, "{}")]
-    for first, says in ((_report(cell=1), "recorded 2 results for 1 checks"),
-                        (changed, "numpy.allclose")):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
-                                             hidden("h1")])
-        resources = {"nbgrader": {"student": "s", "assignment": A}, "attncourse": {
-            "status": {0: "ran", 1: "ran"}, "touched": {}, "reference": None,
-            "stream": {0: _entry(run=1, reports=[(1, first)]),
-                       1: _entry(observations=two, content=3,
-                                 reports=[(2, _report())])}}}
+    for first, says in (
+        (_report(cell=1), "recorded 2 results for 1 checks"),
+        (changed, "numpy.allclose"),
+    ):
+        nb = nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell("x = 1"), hidden("h1")]
+        )
+        resources = {
+            "nbgrader": {"student": "s", "assignment": A},
+            "attncourse": {
+                "status": {0: "ran", 1: "ran"},
+                "touched": {},
+                "reference": None,
+                "stream": {
+                    0: _entry(run=1, reports=[(1, first)]),
+                    1: _entry(observations=two, content=3, reports=[(2, _report())]),
+                },
+            },
+        }
         nb, _ = JudgeHiddenTests(state_dir=str(tmp_path)).preprocess(nb, resources)
         notes = "\n".join(ev.load(tmp_path, A, "s")["flags"]["tampered"])
         assert says in notes and "h1: the hidden test recorded 2 results" in notes

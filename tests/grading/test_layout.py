@@ -50,16 +50,21 @@ def is_under(name: str, prefix: str) -> bool:
 
 @pytest.mark.parametrize("path", sources("attncourse"), ids=lambda p: p.name)
 def test_the_learners_library_never_imports_grading_code(path):
-    bad = {m for m in imported_modules(path)
-           if any(is_under(m, p) for p in ("nbgrader", "nbclient", "grader"))}
+    bad = {
+        m
+        for m in imported_modules(path)
+        if any(is_under(m, p) for p in ("nbgrader", "nbclient", "grader"))
+    }
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", sources("grader/kernel"), ids=lambda p: p.name)
 def test_the_kernel_side_imports_nothing_grader_side(path):
-    bad = {m for m in imported_modules(path)
-           if is_under(m, "grader") and not is_under(m, "grader.kernel")
-           and m != "grader"}
+    bad = {
+        m
+        for m in imported_modules(path)
+        if is_under(m, "grader") and not is_under(m, "grader.kernel") and m != "grader"
+    }
     # the one deliberate exception: outside the sandbox, check() judges at once
     # with grader.judging, imported lazily (absent in the sandbox -> ImportError)
     if path.name == "recorder.py":
@@ -70,7 +75,8 @@ def test_the_kernel_side_imports_nothing_grader_side(path):
 def test_the_package_root_mounted_in_the_sandbox_imports_nothing():
     tree = ast.parse((ROOT / "grader" / "__init__.py").read_text())
     assert all(isinstance(n, ast.Expr) for n in tree.body), (
-        "grader/__init__.py is mounted into the sandbox: keep it a docstring only")
+        "grader/__init__.py is mounted into the sandbox: keep it a docstring only"
+    )
 
 
 def test_the_reference_maths_is_independent_of_the_library():
@@ -78,26 +84,39 @@ def test_the_reference_maths_is_independent_of_the_library():
 
 
 def loaded_after_import(module: str) -> list[str]:
-    code = (f"import sys, json; import {module}; "
-            f"print(json.dumps(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                         text=True, cwd=ROOT, timeout=300, check=True)
+    code = f"import sys, json; import {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_importing_the_kernel_side_loads_no_grader_side_module():
-    loaded = loaded_after_import("grader.kernel.recorder, grader.kernel.probe, "
-                                 "grader.kernel.runners.multi_head_attention")
-    grader_side = [m for m in loaded if is_under(m, "grader")
-                   and not is_under(m, "grader.kernel") and m != "grader"]
+    loaded = loaded_after_import(
+        "grader.kernel.recorder, grader.kernel.probe, "
+        "grader.kernel.runners.multi_head_attention"
+    )
+    grader_side = [
+        m
+        for m in loaded
+        if is_under(m, "grader") and not is_under(m, "grader.kernel") and m != "grader"
+    ]
     assert grader_side == []
     assert not [m for m in loaded if is_under(m, "nbgrader")]
 
 
 def test_importing_the_library_loads_no_grading_code():
     loaded = loaded_after_import("attncourse, attncourse.numpy, attncourse.testing")
-    assert not [m for m in loaded
-                if any(is_under(m, p) for p in ("nbgrader", "nbclient", "grader"))]
+    assert not [
+        m
+        for m in loaded
+        if any(is_under(m, p) for p in ("nbgrader", "nbclient", "grader"))
+    ]
 
 
 def assignment_slugs():
@@ -119,7 +138,7 @@ def test_each_assignment_is_one_slug_and_one_definition(slug):
     snake = slug.replace("-", "_")
     assert module.__name__ == f"grader.assignments.{snake}"
     assert runners.get(slug).__name__ == f"grader.kernel.runners.{snake}"
-    assert module.NAME == slug
+    assert slug == module.NAME
     for attr in ("SEED", "make_cases", "expected", "CHECKS", "crosscheck"):
         assert hasattr(module, attr), f"{slug}: no {attr}"
     assert (ROOT / "book" / f"{slug}.md").is_file()
@@ -139,7 +158,9 @@ def test_each_assignment_is_one_slug_and_one_definition(slug):
     calls = {c for cell in source["cells"] for c in checks_in("".join(cell["source"]))}
     assert calls, f"{slug}: no hidden test calls check()"
     for assignment, check_name, framework in calls:
-        assert assignment == slug and check_name in module.CHECKS, (assignment,
-                                                                    check_name)
+        assert assignment == slug and check_name in module.CHECKS, (
+            assignment,
+            check_name,
+        )
         assert framework in ("tf", "torch")
     assert {c for _, c, _ in calls} == set(module.CHECKS), "a check no test calls"

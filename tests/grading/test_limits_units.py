@@ -44,8 +44,11 @@ time.sleep(60)
 
 
 def start_tree(parent: int, children: int, each: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", TREE, str(parent), str(children),
-                             str(each)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TREE, str(parent), str(children), str(each)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(children + 1):
         assert proc.stdout.readline().strip() in ("child", "parent")
     return proc
@@ -70,9 +73,8 @@ def test_memory_use_counts_each_process_and_shared_pages_once():
         pids = tree_pids(proc)
         assert len(pids) == 4
         resident = sandbox.memory_use(pids, limit=10**15)  # under it: resident sum
-        proportional = sandbox.memory_use(pids)             # no limit: PSS sum
-        assert resident == pytest.approx(sum(sandbox.rss(p) for p in pids),
-                                         rel=0.01)
+        proportional = sandbox.memory_use(pids)  # no limit: PSS sum
+        assert resident == pytest.approx(sum(sandbox.rss(p) for p in pids), rel=0.01)
         own = (96 + 3 * 64) * MiB
         # the forked children map the parent's 96 MiB too: counted 4 times there
         assert resident >= own + 3 * 96 * MiB
@@ -80,15 +82,17 @@ def test_memory_use_counts_each_process_and_shared_pages_once():
         assert own <= proportional <= own + 4 * 30 * MiB, proportional / MiB
         # above the limit the watchdog judges the PSS, not the resident sum
         assert sandbox.memory_use(pids, limit=own) == pytest.approx(
-            proportional, rel=0.05)
+            proportional, rel=0.05
+        )
     finally:
         stop(proc)
     assert sandbox.rss(proc.pid) == 0 and sandbox.pss(proc.pid) == 0  # gone
 
 
 def fake_km(limit, sockets=None):
-    return SimpleNamespace(total_memory_limit=limit, watch_interval=0.05,
-                           sockets=sockets)
+    return SimpleNamespace(
+        total_memory_limit=limit, watch_interval=0.05, sockets=sockets
+    )
 
 
 def test_watchdog_kills_a_tree_of_small_processes_over_the_total():
@@ -170,15 +174,26 @@ def bwrap_sandbox(tmp_path):
     limits = sandbox.Limits(sockets=256 * 1024)
     sockets = sandbox.socket_folder()
     code = FILES.replace("sandbox_files", str(sandbox.TMPFS_FILES))
-    cmd = sandbox.command([sys.executable, "-c", code, sockets], rundir=tmp_path,
-                          inputs=None, limits=limits, sockets=sockets)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    cmd = sandbox.command(
+        [sys.executable, "-c", code, sockets],
+        rundir=tmp_path,
+        inputs=None,
+        limits=limits,
+        sockets=sockets,
+    )
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         init = sandbox.process_tree()[proc.pid][0]
-        yield SimpleNamespace(proc=proc, init=init, sockets=sockets, limits=limits,
-                              root=f"/proc/{init}/root")
+        yield SimpleNamespace(
+            proc=proc,
+            init=init,
+            sockets=sockets,
+            limits=limits,
+            root=f"/proc/{init}/root",
+        )
     finally:
         proc.kill()
         proc.wait(10)
@@ -217,8 +232,9 @@ def test_a_flood_of_empty_files_in_tmp_is_over_the_limit(bwrap_sandbox, tmp_path
 
 def test_watchdog_kills_a_sandbox_that_fills_its_socket_folder(bwrap_sandbox):
     box = bwrap_sandbox
-    dog = sandbox.Watchdog(fake_km(4 * sandbox.GiB, box.sockets), box.proc.pid,
-                           box.init)
+    dog = sandbox.Watchdog(
+        fake_km(4 * sandbox.GiB, box.sockets), box.proc.pid, box.init
+    )
     dog.start()
     time.sleep(0.3)
     assert dog.killed is None
@@ -231,17 +247,27 @@ def test_watchdog_kills_a_sandbox_that_fills_its_socket_folder(bwrap_sandbox):
 
 def test_the_command_line_mounts_no_host_folder_writable(tmp_path):
     limits = sandbox.Limits(sockets=123 * 1024)
-    cmd = sandbox.command(["python", "-c", "pass"], rundir=tmp_path, inputs=None,
-                          limits=limits, sockets="/run/attn-test")
+    cmd = sandbox.command(
+        ["python", "-c", "pass"],
+        rundir=tmp_path,
+        inputs=None,
+        limits=limits,
+        sockets="/run/attn-test",
+    )
     assert "--bind" not in cmd and "--bind-try" not in cmd
     at = cmd.index("--ro-bind", cmd.index(str(tmp_path)) - 1)
-    assert cmd[at:at + 3] == ["--ro-bind", str(tmp_path), str(tmp_path)]
+    assert cmd[at : at + 3] == ["--ro-bind", str(tmp_path), str(tmp_path)]
     tmpfs = cmd.index("/run/attn-test")
-    assert cmd[tmpfs - 5:tmpfs] == ["--size", str(123 * 1024), "--perms", "0777",
-                                    "--tmpfs"]
+    assert cmd[tmpfs - 5 : tmpfs] == [
+        "--size",
+        str(123 * 1024),
+        "--perms",
+        "0777",
+        "--tmpfs",
+    ]
     for i, x in enumerate(cmd):  # every tmpfs is size-limited
         if x == "--tmpfs":
-            assert "--size" in cmd[i - 4:i], cmd[i - 4:i + 1]
+            assert "--size" in cmd[i - 4 : i], cmd[i - 4 : i + 1]
     assert sandbox.socket_folder() != sandbox.socket_folder()
 
 
@@ -264,12 +290,13 @@ def guarded(tmp_path, sources, **km_config):
     cfg.GuardedExecute.state_dir = str(tmp_path / "state")
     for key, value in km_config.items():
         setattr(cfg.SandboxedKernelManager, key, value)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s)
-                                         for s in sources])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     resources = {"nbgrader": {"student": "s", "assignment": "not-a-task"}}
     nb, resources = GuardedExecute(config=cfg).preprocess(nb, resources)
-    outs = ["".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
-            for c in nb.cells]
+    outs = [
+        "".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
+        for c in nb.cells
+    ]
     return outs, ev.load(tmp_path / "state", "not-a-task", "s"), resources
 
 
@@ -296,16 +323,18 @@ time.sleep(10)
 
 
 def test_guarded_execute_kills_and_flags_forked_memory(light_kernels, tmp_path):
-    outs, log, resources = guarded(tmp_path, ["x = 41", FORKS, "print('after', x)"],
-                                   total_memory_limit=300 * MiB)
+    outs, log, resources = guarded(
+        tmp_path, ["x = 41", FORKS, "print('after', x)"], total_memory_limit=300 * MiB
+    )
     assert "processes used" in outs[1] and "limit 0.292969 GiB" in outs[1], outs
     assert "after 41" in outs[2]  # restarted, the earlier cell replayed
     assert set(log["flags"]) == {"memory", "crashed"}, log
     assert resources["attncourse"]["status"] == {0: "ran", 1: "crashed", 2: "ran"}
 
 
-def test_guarded_execute_kills_and_flags_a_socket_folder_filler(light_kernels,
-                                                               tmp_path):
+def test_guarded_execute_kills_and_flags_a_socket_folder_filler(
+    light_kernels, tmp_path
+):
     outs, log, _ = guarded(tmp_path, ["x = 41", FILL_SOCKETS, "print('after', x)"])
     assert "socket folder" in outs[1], outs
     assert "after 41" in outs[2]
@@ -314,11 +343,14 @@ def test_guarded_execute_kills_and_flags_a_socket_folder_filler(light_kernels,
     assert "KiB" in note and int(note.split("wrote ")[1].split()[0]) <= 1024
 
 
-def test_guarded_execute_leaves_an_honest_light_kernel_alone(light_kernels,
-                                                             tmp_path):
-    outs, log, _ = guarded(tmp_path, [
-        "import numpy as np\nx = np.ones((2000, 2000)) @ np.ones((2000, 2000))",
-        "open('/tmp/notes.txt', 'w').write('ok')\nprint('sum', int(x[0, 0]))"])
+def test_guarded_execute_leaves_an_honest_light_kernel_alone(light_kernels, tmp_path):
+    outs, log, _ = guarded(
+        tmp_path,
+        [
+            "import numpy as np\nx = np.ones((2000, 2000)) @ np.ones((2000, 2000))",
+            "open('/tmp/notes.txt', 'w').write('ok')\nprint('sum', int(x[0, 0]))",
+        ],
+    )
     assert "sum 2000" in outs[1] and log["flags"] == {}, (outs, log)
 
 

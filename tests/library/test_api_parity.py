@@ -39,8 +39,9 @@ SHARED = sorted(anp.__all__)
 
 @pytest.mark.parametrize("fw", MODULES)
 def test_same_public_names_but_the_framework_only_ones(fw):
-    expected = set(SHARED) | {n for n, (where, _) in FRAMEWORK_ONLY.items()
-                              if fw in where}
+    expected = set(SHARED) | {
+        n for n, (where, _) in FRAMEWORK_ONLY.items() if fw in where
+    }
     got = set(MODULES[fw].__all__)
     assert got == expected, (
         f"attncourse.{fw}: unexpected {sorted(got - expected)}, missing "
@@ -56,7 +57,8 @@ def test_framework_only_names_are_really_missing_elsewhere():
         assert reason and where < set(MODULES), name
         for fw in set(MODULES) - where:
             assert not hasattr(MODULES[fw], name), (
-                f"attncourse.{fw}.{name} exists: a stub for parity?")
+                f"attncourse.{fw}.{name} exists: a stub for parity?"
+            )
 
 
 def _only_raises(fn) -> bool:
@@ -64,12 +66,18 @@ def _only_raises(fn) -> bool:
     discarded call (a helper that raises), as parity stubs do."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     body = tree.body[0].body
-    if body and isinstance(body[0], ast.Expr) and isinstance(
-            body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return all(isinstance(s, ast.Raise) for s in body) or (
-        len(body) == 1 and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Call))
+        len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Call)
+    )
 
 
 def test_the_stub_detector_sees_stubs():
@@ -96,9 +104,12 @@ def test_the_stub_detector_sees_stubs():
 @pytest.mark.parametrize("fw", MODULES)
 def test_no_public_function_only_raises(fw):
     module = MODULES[fw]
-    stubs = [name for name in module.__all__
-             if inspect.isfunction(getattr(module, name))
-             and _only_raises(getattr(module, name))]
+    stubs = [
+        name
+        for name in module.__all__
+        if inspect.isfunction(getattr(module, name))
+        and _only_raises(getattr(module, name))
+    ]
     assert not stubs, f"attncourse.{fw} has functions that only raise: {stubs}"
 
 
@@ -120,11 +131,15 @@ def signature_mismatch(ref, other) -> str | None:
         got = other_params[i]
         for what in ("name", "kind", "default"):
             if getattr(got, what) != getattr(want, what):
-                return (f"parameter {i} {what}: {getattr(got, what)!r}, "
-                        f"reference {getattr(want, what)!r}")
-    for extra in other_params[len(ref_params):]:
+                return (
+                    f"parameter {i} {what}: {getattr(got, what)!r}, "
+                    f"reference {getattr(want, what)!r}"
+                )
+    for extra in other_params[len(ref_params) :]:
         if extra.default is inspect.Parameter.empty and extra.kind not in (
-                inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+        ):
             return f"extra required parameter {extra.name!r}"
     return None
 
@@ -151,8 +166,10 @@ def _callables(fw, name):
     obj = getattr(MODULES[fw], name)
     if not inspect.isclass(obj):
         return [(name, obj)]
-    pairs = [(f"{name}.__init__", obj.__init__),
-             (f"{name}.<call>", getattr(obj, CALL[fw]))]
+    pairs = [
+        (f"{name}.__init__", obj.__init__),
+        (f"{name}.<call>", getattr(obj, CALL[fw])),
+    ]
     ref_cls = getattr(anp, name)
     for method, _ in inspect.getmembers(ref_cls, inspect.isfunction):
         if not method.startswith("_"):

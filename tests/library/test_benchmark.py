@@ -34,8 +34,9 @@ def test_weight_table_size_is_quadratic():
 
 
 def test_subprocess_report_measures_memory_growth():
-    report = benchmark.run_subprocess(memory_lengths=(256, 512),
-                                      impls=["torch ours"], timeout=300)
+    report = benchmark.run_subprocess(
+        memory_lengths=(256, 512), impls=["torch ours"], timeout=300
+    )
     peaks = {r["seq_len"]: r["peak_mib"] for r in report["results"]}
     if not sys.platform.startswith("linux"):
         pytest.skip("peak RSS is measured on Linux only (/proc/self/clear_refs)")

@@ -29,8 +29,11 @@ B, NQ, NK, D = 2, 3, 5, 4
 
 @pytest.fixture
 def qkv(rng):
-    return (rng.normal(size=(B, NQ, D)), rng.normal(size=(B, NK, D)),
-            rng.normal(size=(B, NK, D)))
+    return (
+        rng.normal(size=(B, NQ, D)),
+        rng.normal(size=(B, NK, D)),
+        rng.normal(size=(B, NK, D)),
+    )
 
 
 def keras_attention(layer, inputs, mask=None, **kwargs):
@@ -84,7 +87,8 @@ def test_keras_attention_mask_polarity(qkv, rng):
     layer = keras.layers.Attention()
     out, w = keras_attention(layer, [q, v, k], mask=[None, value_mask])
     ref_out, ref_w = anp.scaled_dot_product_attention(
-        q, k, v, mask=value_mask[:, None, :], scale=1.0)
+        q, k, v, mask=value_mask[:, None, :], scale=1.0
+    )
     assert_close(out, ref_out)
     assert_close(w, ref_w)
     assert np.all(w[np.broadcast_to(~value_mask[:, None, :], w.shape)] < 1e-6)
@@ -97,8 +101,9 @@ def test_keras_attention_mask_polarity(qkv, rng):
 def test_keras_query_mask_zeroes_outputs(qkv):
     q, k, v = qkv
     query_mask = np.array([[True, False, True], [True, True, False]])
-    out, w = keras_attention(keras.layers.Attention(), [q, v, k],
-                             mask=[query_mask, None])
+    out, w = keras_attention(
+        keras.layers.Attention(), [q, v, k], mask=[query_mask, None]
+    )
     ref_out, ref_w = anp.scaled_dot_product_attention(q, k, v, scale=1.0)
     assert_close(out, ref_out * query_mask[..., None])
     assert_close(w, ref_w)  # weights are NOT masked, only the outputs
@@ -108,7 +113,8 @@ def test_keras_use_causal_mask_matches_causal_mask(rng):
     x = rng.normal(size=(B, NK, D))
     out, w = keras_attention(keras.layers.Attention(), [x, x], use_causal_mask=True)
     ref_out, ref_w = anp.scaled_dot_product_attention(
-        x, x, x, mask=anp.causal_mask(NK), scale=1.0)
+        x, x, x, mask=anp.causal_mask(NK), scale=1.0
+    )
     assert_close(out, ref_out)
     assert_close(w, ref_w)
 
@@ -117,11 +123,11 @@ def test_keras_fully_masked_row_is_uniform_not_zero(qkv):
     q, k, v = qkv
     value_mask = np.ones((B, NK), bool)
     value_mask[1] = False  # batch item 1: every key masked
-    _, w = keras_attention(keras.layers.Attention(), [q, v, k],
-                           mask=[None, value_mask])
+    _, w = keras_attention(keras.layers.Attention(), [q, v, k], mask=[None, value_mask])
     assert_close(w[1], np.full((NQ, NK), 1 / NK))  # Keras: uniform
-    _, ours = anp.scaled_dot_product_attention(q, k, v, mask=value_mask[:, None],
-                                               scale=1.0)
+    _, ours = anp.scaled_dot_product_attention(
+        q, k, v, mask=value_mask[:, None], scale=1.0
+    )
     np.testing.assert_array_equal(ours[1], 0.0)  # ours: zeros
 
 
@@ -129,8 +135,9 @@ def test_keras_fully_masked_row_is_uniform_not_zero(qkv):
 
 
 @pytest.mark.parametrize("use_scale", [True, False])
-def test_keras_additive_attention_is_additive_score_with_identities(qkv, rng,
-                                                                    use_scale):
+def test_keras_additive_attention_is_additive_score_with_identities(
+    qkv, rng, use_scale
+):
     q, k, v = qkv
     layer = keras.layers.AdditiveAttention(use_scale=use_scale)
     layer.build([q.shape, v.shape, k.shape])
@@ -145,8 +152,12 @@ def test_keras_additive_attention_is_additive_score_with_identities(qkv, rng,
     out, w = keras_attention(layer, [q, v, k], mask=[None, value_mask])
     eye = np.eye(D)
     ref_out, ref_w = anp.key_value_attention(
-        q, k, v, lambda a, b: anp.additive_score(a, b, eye, eye, w_v),
-        mask=value_mask[:, None, :])
+        q,
+        k,
+        v,
+        lambda a, b: anp.additive_score(a, b, eye, eye, w_v),
+        mask=value_mask[:, None, :],
+    )
     assert_close(out, ref_out)
     assert_close(w, ref_w)
     assert len(layer.weights) == int(use_scale)  # no W_q, W_k projections
@@ -157,8 +168,9 @@ def test_keras_additive_attention_needs_equal_dims(rng):
     with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
         keras.layers.AdditiveAttention()([to_tf(q), to_tf(v)])  # q + k: d_q == d_k
     # ours projects first, so different sizes are fine
-    s = anp.additive_score(q, v, rng.normal(size=(3, 6)), rng.normal(size=(5, 6)),
-                           rng.normal(size=6))
+    s = anp.additive_score(
+        q, v, rng.normal(size=(3, 6)), rng.normal(size=(5, 6)), rng.normal(size=6)
+    )
     assert s.shape == (1, 2, 4)
 
 
@@ -169,14 +181,16 @@ def test_torch_sdpa_bool_mask_true_means_attend(qkv, rng):
     q, k, v = qkv
     mask = rng.random((B, NQ, NK)) < 0.6
     mask[..., 0] = True
-    got = F.scaled_dot_product_attention(to_torch(q), to_torch(k), to_torch(v),
-                                         attn_mask=to_torch(mask))
+    got = F.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(mask)
+    )
     ref, _ = anp.scaled_dot_product_attention(q, k, v, mask=mask)
     assert_close(got, ref)
     inverted = ~mask
     inverted[..., 0] = True
-    got_inv = F.scaled_dot_product_attention(to_torch(q), to_torch(k), to_torch(v),
-                                             attn_mask=to_torch(inverted))
+    got_inv = F.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(inverted)
+    )
     assert not np.allclose(to_np(got_inv), ref, atol=1e-3)
 
 
@@ -184,8 +198,9 @@ def test_torch_sdpa_causal_and_scale(qkv):
     q, _, _ = qkv
     x = to_torch(q)
     got = F.scaled_dot_product_attention(x, x, x, is_causal=True, scale=0.3)
-    ref, _ = anp.scaled_dot_product_attention(q, q, q, mask=anp.causal_mask(NQ),
-                                              scale=0.3)
+    ref, _ = anp.scaled_dot_product_attention(
+        q, q, q, mask=anp.causal_mask(NQ), scale=0.3
+    )
     assert_close(got, ref)
 
 
@@ -195,8 +210,9 @@ def test_torch_sdpa_fully_masked_row(qkv):
     mask = np.ones((B, NQ, NK), bool)
     mask[0, 1] = False
     tq = to_torch(q).requires_grad_()
-    got = F.scaled_dot_product_attention(tq, to_torch(k), to_torch(v),
-                                         attn_mask=to_torch(mask))
+    got = F.scaled_dot_product_attention(
+        tq, to_torch(k), to_torch(v), attn_mask=to_torch(mask)
+    )
     got.sum().backward()
     assert torch.isfinite(got).all() and torch.isfinite(tq.grad).all()
     np.testing.assert_array_equal(to_np(got)[0, 1], 0.0)

@@ -52,8 +52,13 @@ def test_keras_mha_equals_ours(rng, bias, mask_kind):
     layer = atf.to_keras_mha(params, HEADS)
     keras_mask = None if mask is None else atf.to_keras_mask(to_tf(mask))
     # Keras takes (query, VALUE, key)
-    got_out, got_w = layer(to_tf(q), to_tf(v), to_tf(k), attention_mask=keras_mask,
-                           return_attention_scores=True)
+    got_out, got_w = layer(
+        to_tf(q),
+        to_tf(v),
+        to_tf(k),
+        attention_mask=keras_mask,
+        return_attention_scores=True,
+    )
     assert_close(got_out, out)
     assert_close(got_w, w)  # (batch, heads, n_q, n_k), like ours
     # the fused path (no scores returned) gives the same outputs
@@ -95,7 +100,10 @@ def test_keras_mask_shapes():
     assert anp.to_keras_mask(np.ones((3, 5), bool)).shape == (1, 3, 5)
     assert anp.to_keras_mask(np.ones((2, 1, 5), bool)).shape == (2, 1, 5)
     assert tuple(atf.to_keras_mask(to_tf(np.ones((2, 1, 3, 5), bool))).shape) == (
-        2, 3, 5)
+        2,
+        3,
+        5,
+    )
 
 
 # --- torch.nn.MultiheadAttention ---------------------------------------------------
@@ -103,8 +111,7 @@ def test_keras_mask_shapes():
 
 @pytest.mark.parametrize("d_kv", [(8, 8), (4, 7)])  # in_proj_weight / kdim, vdim
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d",
-                                       "per_head"])
+@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d", "per_head"])
 def test_torch_mha_equals_ours(rng, d_kv, bias, mask_kind):
     d_k, d_v = d_kv
     q, k, v = inputs(rng, d_q=8, d_k=d_k, d_v=d_v)
@@ -113,10 +120,19 @@ def test_torch_mha_equals_ours(rng, d_kv, bias, mask_kind):
     out, w = anp.multi_head_attention(q, k, v, params, HEADS, mask)
     mha = atorch.to_torch_mha(params, HEADS)
     assert mha._qkv_same_embed_dim == (d_kv == (8, 8))
-    attn_mask = (None if mask is None else
-                 atorch.to_torch_mha_mask(to_torch(mask), HEADS, num_queries=3))
-    got_out, got_w = mha(to_torch(q), to_torch(k), to_torch(v), attn_mask=attn_mask,
-                         need_weights=True, average_attn_weights=False)
+    attn_mask = (
+        None
+        if mask is None
+        else atorch.to_torch_mha_mask(to_torch(mask), HEADS, num_queries=3)
+    )
+    got_out, got_w = mha(
+        to_torch(q),
+        to_torch(k),
+        to_torch(v),
+        attn_mask=attn_mask,
+        need_weights=True,
+        average_attn_weights=False,
+    )
     assert_close(got_out, out)
     assert_close(got_w, w)
 
@@ -136,8 +152,9 @@ def test_torch_mha_mask_polarity(rng):
     # our mask as it is: torch reads True as "blocked" and attends to the rest
     as_is = to_torch(np.repeat(mask, HEADS, axis=0))
     assert not_close(torch_out(as_is), out)
-    assert_close(torch_out(as_is),
-                 anp.multi_head_attention(q, k, v, params, HEADS, ~mask)[0])
+    assert_close(
+        torch_out(as_is), anp.multi_head_attention(q, k, v, params, HEADS, ~mask)[0]
+    )
 
 
 def test_torch_mha_mask_layout(rng):
@@ -147,7 +164,8 @@ def test_torch_mha_mask_layout(rng):
     assert got.shape == (2 * HEADS, 3, 5)
     np.testing.assert_array_equal(got[1 * HEADS + 0], ~mask[1, 0])
     np.testing.assert_array_equal(
-        atorch.to_torch_mha_mask(to_torch(mask), HEADS).numpy(), got)
+        atorch.to_torch_mha_mask(to_torch(mask), HEADS).numpy(), got
+    )
     shared = anp.to_torch_mha_mask(anp.causal_mask(3, 5), HEADS)
     assert shared.shape == (3, 5)  # one mask for every sequence and head
     padding = anp.to_torch_mha_mask(np.ones((2, 1, 5), bool), HEADS, num_queries=3)
@@ -169,8 +187,7 @@ def _heads(params, x, c):
     return atorch.split_heads(to_torch(x @ params[f"W_{c}"] + params[f"b_{c}"]), HEADS)
 
 
-@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d",
-                                       "per_head"])
+@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d", "per_head"])
 def test_sdpa_equals_ours(rng, mask_kind):
     q, k, v = inputs(rng)
     params = make_params(rng, 6, 4, 7, 8, 5)
@@ -178,8 +195,11 @@ def test_sdpa_equals_ours(rng, mask_kind):
     out = anp.multi_head_attention(q, k, v, params, HEADS, mask)[0]
     sdpa_mask = None if mask is None else atorch.to_sdpa_mask(to_torch(mask))
     heads = F.scaled_dot_product_attention(
-        _heads(params, q, "q"), _heads(params, k, "k"), _heads(params, v, "v"),
-        attn_mask=sdpa_mask)
+        _heads(params, q, "q"),
+        _heads(params, k, "k"),
+        _heads(params, v, "v"),
+        attn_mask=sdpa_mask,
+    )
     got = atorch.merge_heads(heads) @ to_torch(params["W_o"]) + to_torch(params["b_o"])
     assert_close(got, out)
 
@@ -189,8 +209,10 @@ def test_sdpa_mask_polarity(rng):
     params = make_params(rng, 6, 4, 7, 8, 5)
     mask = mixed_mask(rng, (2, 3, 5))
     qh, kh, vh = (_heads(params, x, c) for x, c in ((q, "q"), (k, "k"), (v, "v")))
-    ours = torch.as_tensor(
-        anp.multi_head_attention(q, k, v, params, HEADS, mask)[1]) @ vh.double()
+    ours = (
+        torch.as_tensor(anp.multi_head_attention(q, k, v, params, HEADS, mask)[1])
+        @ vh.double()
+    )
 
     def sdpa(m):
         return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=m)
@@ -212,17 +234,22 @@ def test_fully_masked_rows_differ_between_apis(rng):
     assert np.all(w[0, :, 1] == 0)
     assert_close(out[0, 1], params["b_o"])
     mha = atorch.to_torch_mha(params, HEADS)
-    _, tw = mha(*(to_torch(x),) * 3, attn_mask=atorch.to_torch_mha_mask(
-        to_torch(mask), HEADS), average_attn_weights=False)
+    _, tw = mha(
+        *(to_torch(x),) * 3,
+        attn_mask=atorch.to_torch_mha_mask(to_torch(mask), HEADS),
+        average_attn_weights=False,
+    )
     assert torch.isnan(tw[0, :, 1]).all()
     keras_mha = atf.to_keras_mha(params, HEADS)
-    _, kw = keras_mha(*(to_tf(x),) * 3, attention_mask=to_tf(mask),
-                      return_attention_scores=True)
+    _, kw = keras_mha(
+        *(to_tf(x),) * 3, attention_mask=to_tf(mask), return_attention_scores=True
+    )
     assert np.all(to_np(kw)[0, :, 1] == 0)
     fused = keras_mha(*(to_tf(x),) * 3, attention_mask=to_tf(mask))
     uniform = (x[0] @ params["W_v"] + params["b_v"]).mean(0)
     assert_close(to_np(fused)[0, 1], uniform @ params["W_o"] + params["b_o"])
     q, k, v = (to_torch(x)[:, None],) * 3
     sdpa_mask = atorch.to_sdpa_mask(to_torch(mask))
-    assert np.all(to_np(F.scaled_dot_product_attention(q, k, v, sdpa_mask))[0, 0, 1]
-                  == 0)
+    assert np.all(
+        to_np(F.scaled_dot_product_attention(q, k, v, sdpa_mask))[0, 0, 1] == 0
+    )

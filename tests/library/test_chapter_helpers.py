@@ -18,8 +18,11 @@ from attncourse.plotting import show_heatmaps, tilt_key_labels  # noqa: E402
 def test_max_diff_reads_every_framework_and_counts_nan_as_far():
     a = np.array([[0.0, 1.0], [2.0, 3.0]])
     b = a + np.array([[0.0, 0.5], [0.0, -0.25]])
-    for conv in (np.asarray, tf.constant,
-                 lambda x: torch.tensor(x, requires_grad=True)):
+    for conv in (
+        np.asarray,
+        tf.constant,
+        lambda x: torch.tensor(x, requires_grad=True),
+    ):
         assert max_diff(conv(a), conv(b)) == pytest.approx(0.5)
     assert max_diff(a, np.where(a > 2, np.nan, a)) == np.inf
     assert to_numpy(torch.ones(2, requires_grad=True)).dtype == np.float64
@@ -65,7 +68,7 @@ def test_minibatches_are_seeded_and_never_repeat_an_example():
 
 def test_exact_match_and_the_location_decoder_size():
     task = data.make_zh_en_task()
-    perfect = task.test.tgt_out           # targets + <eos>, as greedy decoding gives
+    perfect = task.test.tgt_out  # targets + <eos>, as greedy decoding gives
     assert training.exact_match(task, perfect) == 1.0
     assert training.exact_match(task, np.zeros_like(perfect)) == 0.0
     assert training.decoder_max_src_len(task, "location") == task.max_src_len

@@ -18,8 +18,8 @@ def test_date_pairs_are_deterministic_and_normalised():
 def test_each_date_format_appears():
     sources = [s for s, _ in data.date_pairs(600, seed=0)]
     assert any("/" in s for s in sources) and any("." in s for s in sources)
-    assert any(s[0].isupper() for s in sources)                    # "Nov 29, 2026"
-    assert any("," in s and s[0].islower() for s in sources)       # "november 29, 2026"
+    assert any(s[0].isupper() for s in sources)  # "Nov 29, 2026"
+    assert any("," in s and s[0].islower() for s in sources)  # "november 29, 2026"
 
 
 def test_known_dates_in_every_format():
@@ -27,16 +27,23 @@ def test_known_dates_in_every_format():
 
     date = datetime.date(2026, 11, 29)
     got = {data._format_date(date, f) for f in data.DATE_FORMATS}
-    assert got == {"29 Nov 2026", "29 november 2026", "november 29, 2026",
-                   "Nov 29, 2026", "29/11/2026", "29.11.2026"}
+    assert got == {
+        "29 Nov 2026",
+        "29 november 2026",
+        "november 29, 2026",
+        "Nov 29, 2026",
+        "29/11/2026",
+        "29.11.2026",
+    }
 
 
 def test_dates_task_is_deterministic_with_disjoint_dates():
     a, b = data.make_dates_task(), data.make_dates_task()
     for split in ("train", "test"):
         for field in ("src", "src_lens", "tgt_in", "tgt_out", "tgt_lens"):
-            np.testing.assert_array_equal(getattr(a.split(split), field),
-                                          getattr(b.split(split), field))
+            np.testing.assert_array_equal(
+                getattr(a.split(split), field), getattr(b.split(split), field)
+            )
     train_dates = {"".join(t) for _, t in a.train.pairs}
     test_dates = {"".join(t) for _, t in a.test.pairs}
     assert len(a.train) == 2000 and len(a.test) == 500
@@ -52,16 +59,17 @@ def test_arrays_match_the_pairs(make):
         assert split.tgt_in.shape == split.tgt_out.shape == (n, task.max_tgt_len)
         for i, (source, target) in enumerate(split.pairs):
             assert split.src_lens[i] == len(source)
-            assert split.tgt_lens[i] == len(target) + 1               # + <eos>
+            assert split.tgt_lens[i] == len(target) + 1  # + <eos>
             assert task.src_vocab.decode(split.src[i]) == source
             assert task.tgt_vocab.decode(split.tgt_out[i]) == target
             assert split.tgt_in[i, 0] == task.tgt_vocab.bos_id
             # teacher forcing: the input is the output shifted right by one
             k = len(target)
-            np.testing.assert_array_equal(split.tgt_in[i, 1:k + 1],
-                                          split.tgt_out[i, :k])
+            np.testing.assert_array_equal(
+                split.tgt_in[i, 1 : k + 1], split.tgt_out[i, :k]
+            )
             assert split.tgt_out[i, k] == task.tgt_vocab.eos_id
-            assert not split.src[i, len(source):].any()              # <pad> = 0
+            assert not split.src[i, len(source) :].any()  # <pad> = 0
 
 
 def test_vocab_round_trips_and_marks_unknowns():
@@ -73,7 +81,7 @@ def test_vocab_round_trips_and_marks_unknowns():
     assert vocab.decode(ids) == list("hello")
     assert vocab.decode([vocab.bos_id] + ids + [7, 7]) == list("hello")  # stops at eos
     assert vocab.encode(["z"]) == [vocab.unk_id]
-    assert data.Vocab("ba").itos == data.Vocab("ab").itos        # order-independent
+    assert data.Vocab("ba").itos == data.Vocab("ab").itos  # order-independent
 
 
 def test_zh_en_corpus_contains_the_seed_sentence():
@@ -83,7 +91,8 @@ def test_zh_en_corpus_contains_the_seed_sentence():
     assert 40 <= len(pairs) <= 120 and len(set(pairs)) == len(pairs)
     task = data.make_zh_en_task()
     assert (["欢迎", "来", "北京"], ["welcome", "to", "beijing"]) in (
-        task.train.pairs + task.test.pairs)
+        task.train.pairs + task.test.pairs
+    )
 
 
 def test_zh_en_held_out_combinations_use_only_known_words():
@@ -92,7 +101,8 @@ def test_zh_en_held_out_combinations_use_only_known_words():
     train_tgt = {w for _, t in task.train.pairs for w in t}
     assert len(task.test) > 0
     assert not {tuple(s) for s, _ in task.test.pairs} & {
-        tuple(s) for s, _ in task.train.pairs}
+        tuple(s) for s, _ in task.train.pairs
+    }
     for source, target in task.test.pairs:
         assert set(source) <= train_src and set(target) <= train_tgt
     assert task.src_vocab.unk_id not in task.test.src

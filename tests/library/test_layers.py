@@ -34,8 +34,11 @@ def maybe(conv, x):
 
 @st.composite
 def layer_problems(draw, name):
-    b, n_a, n_b = (draw(st.integers(1, 3)), draw(st.integers(1, 5)),
-                   draw(st.integers(1, 5)))
+    b, n_a, n_b = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 5)),
+        draw(st.integers(1, 5)),
+    )
     dim_a, dim_b = draw(st.integers(1, 6)), draw(st.integers(1, 6))
     d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -47,8 +50,7 @@ def layer_problems(draw, name):
     else:
         inputs = [rng.normal(size=(b, n_a, dim_a)), rng.normal(size=(b, n_a, dim_b))]
         dims, scores = (dim_a, dim_b), (n_a, n_a)
-    mask_shape = draw(st.sampled_from([None, (b, *scores), (b, 1, scores[1]),
-                                       scores]))
+    mask_shape = draw(st.sampled_from([None, (b, *scores), (b, 1, scores[1]), scores]))
     mask = None if mask_shape is None else rng.random(mask_shape) < 0.7
     return inputs, mask, d_k, d_v, dims, int(rng.integers(0, 1000))
 
@@ -57,13 +59,18 @@ def _parity(name, problem):
     inputs, mask, d_k, d_v, dims, seed = problem
     ref_layer = anp.__dict__[name](d_k, d_v, *dims, seed=seed)
     ref_out, ref_w = ref_layer(*inputs, attention_mask=mask, return_weights=True)
-    assert ref_out.shape == (*inputs[-1 if name == "StatisticalAttention" else 0]
-                             .shape[:2], d_v)
+    assert ref_out.shape == (
+        *inputs[-1 if name == "StatisticalAttention" else 0].shape[:2],
+        d_v,
+    )
     for mod, conv in FW.values():
         layer = make(mod, name, d_k, d_v, dims)
         copy_weights(ref_layer, mod, layer)
-        out, w = layer(*[conv(x) for x in inputs], attention_mask=maybe(conv, mask),
-                       return_weights=True)
+        out, w = layer(
+            *[conv(x) for x in inputs],
+            attention_mask=maybe(conv, mask),
+            return_weights=True,
+        )
         assert_close(out, ref_out, what=f"{mod.__name__}.{name}")
         assert_close(w, ref_w, what=f"{mod.__name__}.{name}")
         plain = layer(*[conv(x) for x in inputs], attention_mask=maybe(conv, mask))
@@ -106,9 +113,13 @@ def test_statistical_attention_is_q_from_b_k_from_a_v_from_both(rng):
     a, b = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 4, 2))
     layer = anp.StatisticalAttention(5, 6, 3, 2)
     assert {k: v.shape for k, v in anp.get_params(layer).items()} == {
-        "W_q": (2, 5), "W_k": (3, 5), "W_v": (5, 6)}
+        "W_q": (2, 5),
+        "W_k": (3, 5),
+        "W_v": (5, 6),
+    }
     ref = anp.scaled_dot_product_attention(
-        b @ layer.W_q, a @ layer.W_k, np.concatenate([a, b], -1) @ layer.W_v)[0]
+        b @ layer.W_q, a @ layer.W_k, np.concatenate([a, b], -1) @ layer.W_v
+    )[0]
     np.testing.assert_allclose(layer(a, b), ref)
 
 
@@ -119,8 +130,9 @@ def _torch_kernel_grads(layer):
     grads = {}
     for name in ("W_q", "W_k", "W_v"):
         part = getattr(layer, name)
-        grads[name] = part.weight.grad.T if isinstance(part, torch.nn.Linear) \
-            else part.grad
+        grads[name] = (
+            part.weight.grad.T if isinstance(part, torch.nn.Linear) else part.grad
+        )
     return grads
 
 
@@ -129,8 +141,10 @@ def _torch_kernel_grads(layer):
 def test_layer_gradients_agree(name, seed):
     rng = np.random.default_rng(seed)
     b, n, m = 2, 4, 3
-    shapes = {"CrossAttention": [(b, n, 3), (b, m, 5)],
-              "StatisticalAttention": [(b, n, 3), (b, n, 5)]}.get(name, [(b, n, 3)])
+    shapes = {
+        "CrossAttention": [(b, n, 3), (b, m, 5)],
+        "StatisticalAttention": [(b, n, 3), (b, n, 5)],
+    }.get(name, [(b, n, 3)])
     inputs = [rng.normal(size=s) for s in shapes]
     dims = tuple(s[-1] for s in shapes)
     mask = rng.random((b, 1, shapes[-1][1] if name == "CrossAttention" else n)) < 0.8
@@ -188,8 +202,11 @@ def test_keras_weight_names_and_initializer():
     scaled = np.concatenate(scaled)
     assert 0.4 < scaled.std() < 0.75 and np.abs(scaled).max() > 0.5, scaled
     dense = atf.SelfAttentionDense(3, 4, input_dim=5)
-    assert [sub.name for sub in (dense.W_q, dense.W_k, dense.W_v)] == \
-        ["W_q", "W_k", "W_v"]
+    assert [sub.name for sub in (dense.W_q, dense.W_k, dense.W_v)] == [
+        "W_q",
+        "W_k",
+        "W_v",
+    ]
     assert dense.W_q.use_bias is False and dense.count_params() == 5 * 3 * 2 + 5 * 4
 
 
@@ -209,7 +226,10 @@ def test_keras_builds_lazily_from_first_call(rng):
     out = layer(to_tf(rng.normal(size=(2, 5, 7))), to_tf(rng.normal(size=(2, 6, 8))))
     assert tuple(out.shape) == (2, 5, 4)
     assert {k: v.shape for k, v in atf.get_params(layer).items()} == {
-        "W_q": (7, 3), "W_k": (8, 3), "W_v": (8, 4)}
+        "W_q": (7, 3),
+        "W_k": (8, 3),
+        "W_v": (8, 4),
+    }
 
 
 def test_keras_functional_two_inputs_with_weights():
@@ -222,8 +242,12 @@ def test_keras_functional_two_inputs_with_weights():
 
 
 def test_torch_requires_input_dim():
-    for cls in (atorch.SelfAttention, atorch.SelfAttentionDense,
-                atorch.CrossAttention, atorch.StatisticalAttention):
+    for cls in (
+        atorch.SelfAttention,
+        atorch.SelfAttentionDense,
+        atorch.CrossAttention,
+        atorch.StatisticalAttention,
+    ):
         with pytest.raises(ValueError, match="input_dim is required"):
             cls(3, 4)
 
@@ -248,8 +272,7 @@ def test_weights_roundtrip_and_seed(fw, name, rng):
     mod = ALL_MODS[fw]
     dims = (5,) if name in SELF else (5, 6)
     layer = make(mod, name, 3, 4, dims)
-    new = {k: rng.normal(size=v.shape) for k, v in
-           mod.get_params(layer).items()}
+    new = {k: rng.normal(size=v.shape) for k, v in mod.get_params(layer).items()}
     mod.set_params(layer, new)
     for k, v in mod.get_params(layer).items():
         np.testing.assert_allclose(v, new[k], rtol=1e-6)
@@ -268,7 +291,10 @@ def test_set_weights_rejects_bad_dicts(fw, rng):
     with pytest.raises(ValueError, match="got .*'W_o'"):
         mod.set_params(layer, {**good, "W_o": good["W_q"]})
     bad = {**good, "W_v": np.zeros((5, 3))}
-    with pytest.raises(ValueError, match=r"weight W_v must have shape \(5, 4\), "
-                                         r"got \(5, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"weight W_v must have shape \(5, 4\), "
+        r"got \(5, 3\)",
+    ):
         mod.set_params(layer, bad)
     np.testing.assert_allclose(mod.get_params(layer)["W_q"], good["W_q"])

@@ -26,9 +26,7 @@ def random_mask(rng, shape, p=0.6):
 def test_sequence_mask_reference():
     got = anp.sequence_mask(np.array([1, 3, 0]), 4)
     assert got.shape == (3, 1, 4) and got.dtype == bool
-    np.testing.assert_array_equal(
-        got[:, 0], [[1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
-    )
+    np.testing.assert_array_equal(got[:, 0], [[1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
     per_query = anp.sequence_mask(np.array([[1, 2], [4, 0]]), 3)
     assert per_query.shape == (2, 2, 3)
     np.testing.assert_array_equal(
@@ -56,8 +54,9 @@ def test_sequence_mask_parity(fw, lens):
 @pytest.mark.parametrize("nq,nk", [(1, 1), (4, 4), (2, 5), (5, 2)])
 def test_causal_mask_parity(fw, nq, nk):
     mod, _ = FW[fw]
-    np.testing.assert_array_equal(to_np(mod.causal_mask(nq, nk)),
-                                  anp.causal_mask(nq, nk))
+    np.testing.assert_array_equal(
+        to_np(mod.causal_mask(nq, nk)), anp.causal_mask(nq, nk)
+    )
 
 
 # --- masked_softmax ---------------------------------------------------------
@@ -65,14 +64,21 @@ def test_causal_mask_parity(fw, nq, nk):
 
 @st.composite
 def scores_and_mask(draw):
-    b, nq, nk = (draw(st.integers(1, 3)), draw(st.integers(1, 4)),
-                 draw(st.integers(1, 5)))
+    b, nq, nk = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 5)),
+    )
     seed = draw(st.integers(0, 2**32 - 1))
     kind = draw(st.sampled_from(["none", "full", "keys", "causal", "last"]))
     rng = np.random.default_rng(seed)
     scores = rng.normal(scale=3.0, size=(b, nq, nk))
-    shapes = {"full": (b, nq, nk), "keys": (b, 1, nk), "causal": (nq, nk),
-              "last": (nk,)}
+    shapes = {
+        "full": (b, nq, nk),
+        "keys": (b, 1, nk),
+        "causal": (nq, nk),
+        "last": (nk,),
+    }
     mask = None if kind == "none" else random_mask(rng, shapes[kind])
     return scores, mask
 
@@ -129,11 +135,16 @@ def torch_grads(fn, arrays, cot):
 def test_masked_softmax_gradients_agree(data):
     scores, mask = data
     cot = _cotangent(scores.shape)
-    g_tf = tf_grads(lambda s: atf.masked_softmax(s, None if mask is None
-                                                 else to_tf(mask)), [scores], cot)
-    g_pt = torch_grads(lambda s: atorch.masked_softmax(s, None if mask is None
-                                                       else to_torch(mask)),
-                       [scores], cot)
+    g_tf = tf_grads(
+        lambda s: atf.masked_softmax(s, None if mask is None else to_tf(mask)),
+        [scores],
+        cot,
+    )
+    g_pt = torch_grads(
+        lambda s: atorch.masked_softmax(s, None if mask is None else to_torch(mask)),
+        [scores],
+        cot,
+    )
     assert np.all(np.isfinite(g_tf[0])) and np.all(np.isfinite(g_pt[0]))
     assert_close(g_tf[0], g_pt[0])
     if mask is not None:
@@ -147,8 +158,7 @@ def test_fully_masked_row_gradient_is_finite_zero():
     cot = _cotangent(scores.shape)
     for grads in (
         tf_grads(lambda s: atf.masked_softmax(s, to_tf(mask)), [scores], cot),
-        torch_grads(lambda s: atorch.masked_softmax(s, to_torch(mask)),
-                    [scores], cot),
+        torch_grads(lambda s: atorch.masked_softmax(s, to_torch(mask)), [scores], cot),
     ):
         assert np.all(np.isfinite(grads[0]))
         np.testing.assert_array_equal(grads[0][0, 1], 0.0)

@@ -1,6 +1,5 @@
 """Multi-head attention: NumPy reference, TF and torch agree; masks; gradients."""
 
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,14 +27,19 @@ def conv(params, convert):
 
 
 @settings(max_examples=10, deadline=None)
-@given(batch=st.integers(1, 3), n=st.integers(1, 5), heads=st.integers(1, 4),
-       d_head=st.integers(1, 4), seed=st.integers(0, 2**16))
+@given(
+    batch=st.integers(1, 3),
+    n=st.integers(1, 5),
+    heads=st.integers(1, 4),
+    d_head=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
 def test_split_merge_heads_parity_and_inverse(batch, n, heads, d_head, seed):
     x = np.random.default_rng(seed).normal(size=(batch, n, heads * d_head))
     split = anp.split_heads(x, heads)
     assert split.shape == (batch, heads, n, d_head)
     # head h holds features h * d_head ... (h + 1) * d_head - 1
-    assert_close(split[:, -1], x[..., (heads - 1) * d_head:])
+    assert_close(split[:, -1], x[..., (heads - 1) * d_head :])
     assert_close(anp.merge_heads(split), x)
     for module, convert in FRAMEWORKS.values():
         got = module.split_heads(convert(x), heads)
@@ -44,8 +48,7 @@ def test_split_merge_heads_parity_and_inverse(batch, n, heads, d_head, seed):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d",
-                                       "per_head"])
+@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d", "per_head"])
 def test_multi_head_attention_parity(rng, bias, mask_kind):
     heads = 2
     q, k, v = inputs(rng)
@@ -59,8 +62,13 @@ def test_multi_head_attention_parity(rng, bias, mask_kind):
         assert np.all(w[~full] == 0)
     for module, convert in FRAMEWORKS.values():
         got_out, got_w = module.multi_head_attention(
-            convert(q), convert(k), convert(v), conv(params, convert), heads,
-            None if mask is None else convert(mask))
+            convert(q),
+            convert(k),
+            convert(v),
+            conv(params, convert),
+            heads,
+            None if mask is None else convert(mask),
+        )
         assert_close(got_out, out, what=f"{module.__name__} outputs")
         assert_close(got_w, w, what=f"{module.__name__} weights")
 
@@ -72,10 +80,14 @@ def test_each_head_is_scaled_dot_product_attention(rng):
     params = make_params(rng, 8, 4, 7, d_model=8, d_out=8)
     mask = make_mask(rng, "padding", 2, heads, 3, 5)
     out, w = anp.multi_head_attention(q, k, v, params, heads, mask)
-    proj = [anp.split_heads(x @ params[f"W_{c}"] + params[f"b_{c}"], heads)
-            for x, c in ((q, "q"), (k, "k"), (v, "v"))]
-    per_head = [anp.scaled_dot_product_attention(*(p[:, h] for p in proj), mask=mask)
-                for h in range(heads)]
+    proj = [
+        anp.split_heads(x @ params[f"W_{c}"] + params[f"b_{c}"], heads)
+        for x, c in ((q, "q"), (k, "k"), (v, "v"))
+    ]
+    per_head = [
+        anp.scaled_dot_product_attention(*(p[:, h] for p in proj), mask=mask)
+        for h in range(heads)
+    ]
     assert_close(w, np.stack([pw for _, pw in per_head], 1))
     concat = np.concatenate([po for po, _ in per_head], -1)
     assert_close(out, concat @ params["W_o"] + params["b_o"])
@@ -96,8 +108,9 @@ def test_fully_masked_row_gets_zero_weights(rng):
     mask = np.ones((2, 3, 5), bool)
     mask[1, 2] = False
     for module, convert in [(anp, np.asarray), *FRAMEWORKS.values()]:
-        out, w = module.multi_head_attention(convert(q), convert(k), convert(v),
-                                         conv(params, convert), 2, convert(mask))
+        out, w = module.multi_head_attention(
+            convert(q), convert(k), convert(v), conv(params, convert), 2, convert(mask)
+        )
         assert np.all(to_np(w)[1, :, 2] == 0)
         assert_close(to_np(out)[1, 2], params["b_o"])  # nothing attended: bias only
 
@@ -113,13 +126,21 @@ def test_layers_agree_with_same_weights(rng, use_bias):
     keras_layer = atf.MultiHeadAttention(heads, 8, d_out=5, use_bias=use_bias)
     keras_layer(to_tf(q), to_tf(k), to_tf(v))  # Keras infers input_dims
     assert keras_layer.input_dims == dims
-    torch_layer = atorch.MultiHeadAttention(heads, 8, d_out=5, use_bias=use_bias,
-                                            input_dims=dims)
-    for layer, (module, convert) in ((keras_layer, FRAMEWORKS["tf"]),
-                                     (torch_layer, FRAMEWORKS["torch"])):
+    torch_layer = atorch.MultiHeadAttention(
+        heads, 8, d_out=5, use_bias=use_bias, input_dims=dims
+    )
+    for layer, (module, convert) in (
+        (keras_layer, FRAMEWORKS["tf"]),
+        (torch_layer, FRAMEWORKS["torch"]),
+    ):
         module.set_params(layer, anp.get_params(ref))
-        got_out, got_w = layer(convert(q), convert(k), convert(v),
-                               attention_mask=convert(mask), return_weights=True)
+        got_out, got_w = layer(
+            convert(q),
+            convert(k),
+            convert(v),
+            attention_mask=convert(mask),
+            return_weights=True,
+        )
         assert_close(got_out, out)
         assert_close(got_w, w)
 
@@ -192,7 +213,8 @@ def test_d_model_not_divisible_by_heads(rng):
         lambda m, c: m.MultiHeadAttention(4, 6, input_dims=(6, 6, 6)),
         lambda m, c: m.split_heads(c(rng.normal(size=(2, 3, 6))), 4),
         lambda m, c: m.multi_head_attention(
-            *(c(x) for x in inputs(rng)), conv(make_params(rng, 6, 4, 7, 6, 6), c), 4),
+            *(c(x) for x in inputs(rng)), conv(make_params(rng, 6, 4, 7, 6, 6), c), 4
+        ),
     ):
         msg = assert_same_error(make)
         assert "d_model=6" in msg and "num_heads=4" in msg
@@ -209,8 +231,11 @@ def test_wrong_input_dims(rng):
     msg = assert_same_error(layer_call)
     assert "keys of shape (2, 5, 3) have 3 features" in msg
     assert "W_k of shape (4, 8) expects 4" in msg
-    msg = assert_same_error(lambda m, c: m.multi_head_attention(
-        c(q[..., :5]), c(k), c(v), conv(params, c), 2))
+    msg = assert_same_error(
+        lambda m, c: m.multi_head_attention(
+            c(q[..., :5]), c(k), c(v), conv(params, c), 2
+        )
+    )
     assert "queries of shape (2, 3, 5)" in msg
 
 
@@ -223,6 +248,9 @@ def test_input_dims_required_for_numpy_and_torch():
 def test_bad_mask_shape(rng):
     q, k, v = inputs(rng)
     params = make_params(rng, 6, 4, 7, 8, 8)
-    msg = assert_same_error(lambda m, c: m.multi_head_attention(
-        c(q), c(k), c(v), conv(params, c), 2, c(np.ones((4, 5), bool))))
+    msg = assert_same_error(
+        lambda m, c: m.multi_head_attention(
+            c(q), c(k), c(v), conv(params, c), 2, c(np.ones((4, 5), bool))
+        )
+    )
     assert "(4, 5) does not broadcast" in msg

@@ -24,8 +24,11 @@ def maybe(conv, x):
 @st.composite
 def problems(draw):
     """queries, keys, values, an optional mask and optional valid_lens."""
-    b, nq, nk = (draw(st.integers(1, 3)), draw(st.integers(1, 4)),
-                 draw(st.integers(1, 5)))
+    b, nq, nk = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 5)),
+    )
     d, d_v = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     q, k = rng.normal(size=(b, nq, d)), rng.normal(size=(b, nk, d))
@@ -57,15 +60,19 @@ def test_scaled_dot_product_attention_parity(problem, scale):
     ref_out, ref_w = anp.scaled_dot_product_attention(q, k, v, mask, lens, scale)
     for mod, conv in FW.values():
         out, w = mod.scaled_dot_product_attention(
-            conv(q), conv(k), conv(v), maybe(conv, mask), maybe(conv, lens), scale)
+            conv(q), conv(k), conv(v), maybe(conv, mask), maybe(conv, lens), scale
+        )
         assert_close(out, ref_out, what=mod.__name__)
         assert_close(w, ref_w, what=mod.__name__)
 
 
 def test_sdpa_reference_by_hand(rng):
     """softmax(q k^T / sqrt(d)) v with the masks ANDed, written out."""
-    q, k, v = (rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)),
-               rng.normal(size=(2, 5, 2)))
+    q, k, v = (
+        rng.normal(size=(2, 3, 4)),
+        rng.normal(size=(2, 5, 4)),
+        rng.normal(size=(2, 5, 2)),
+    )
     mask = anp.causal_mask(3, 5)
     lens = np.array([5, 2])
     scores = q @ k.transpose(0, 2, 1) / 2.0
@@ -87,14 +94,23 @@ def _additive_fn(mod, conv, ws):
 def test_key_value_attention_parity(problem, seed):
     q, k, v, mask, lens = problem
     rng = np.random.default_rng(seed)
-    ws = [rng.normal(size=(q.shape[-1], 3)), rng.normal(size=(k.shape[-1], 3)),
-          rng.normal(size=3)]
-    ref = anp.key_value_attention(q, k, v, _additive_fn(anp, np.asarray, ws),
-                                  mask, lens)
+    ws = [
+        rng.normal(size=(q.shape[-1], 3)),
+        rng.normal(size=(k.shape[-1], 3)),
+        rng.normal(size=3),
+    ]
+    ref = anp.key_value_attention(
+        q, k, v, _additive_fn(anp, np.asarray, ws), mask, lens
+    )
     for mod, conv in FW.values():
-        got = mod.key_value_attention(conv(q), conv(k), conv(v),
-                                      _additive_fn(mod, conv, ws),
-                                      maybe(conv, mask), maybe(conv, lens))
+        got = mod.key_value_attention(
+            conv(q),
+            conv(k),
+            conv(v),
+            _additive_fn(mod, conv, ws),
+            maybe(conv, mask),
+            maybe(conv, lens),
+        )
         for g, r in zip(got, ref, strict=True):
             assert_close(g, r, what=mod.__name__)
 
@@ -110,10 +126,14 @@ def test_key_value_attention_normal_mode_is_sdpa(rng):
 @pytest.mark.parametrize("fw", ["numpy", *FW])
 def test_fully_masked_query_gives_zero_output(fw, rng):
     mod, conv = (anp, np.asarray) if fw == "numpy" else FW[fw]
-    q, k, v = (rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)),
-               rng.normal(size=(2, 5, 2)))
-    out, w = mod.scaled_dot_product_attention(conv(q), conv(k), conv(v),
-                                              valid_lens=conv(np.array([5, 0])))
+    q, k, v = (
+        rng.normal(size=(2, 3, 4)),
+        rng.normal(size=(2, 5, 4)),
+        rng.normal(size=(2, 5, 2)),
+    )
+    out, w = mod.scaled_dot_product_attention(
+        conv(q), conv(k), conv(v), valid_lens=conv(np.array([5, 0]))
+    )
     assert np.all(to_np(out)[1] == 0) and np.all(to_np(w)[1] == 0)
     assert np.all(np.isfinite(to_np(out)))
 
@@ -125,8 +145,9 @@ def _grads_tf(fn, arrays, cots):
     xs = [to_tf(a) for a in arrays]
     with tf.GradientTape() as tape:
         tape.watch(xs)
-        loss = sum(tf.reduce_sum(y * to_tf(c)) for y, c in zip(fn(*xs), cots,
-                                                                strict=True))
+        loss = sum(
+            tf.reduce_sum(y * to_tf(c)) for y, c in zip(fn(*xs), cots, strict=True)
+        )
     return [to_np(g) for g in tape.gradient(loss, xs)]
 
 
@@ -141,12 +162,15 @@ def _grads_torch(fn, arrays, cots):
 def test_sdpa_gradients_agree(problem):
     q, k, v, mask, lens = problem
     rng = np.random.default_rng(3)
-    cots = [rng.normal(size=(q.shape[0], q.shape[1], v.shape[2])),
-            rng.normal(size=(q.shape[0], q.shape[1], k.shape[1]))]
+    cots = [
+        rng.normal(size=(q.shape[0], q.shape[1], v.shape[2])),
+        rng.normal(size=(q.shape[0], q.shape[1], k.shape[1])),
+    ]
 
     def make(mod, conv):
         return lambda a, b, c: mod.scaled_dot_product_attention(
-            a, b, c, maybe(conv, mask), maybe(conv, lens))
+            a, b, c, maybe(conv, mask), maybe(conv, lens)
+        )
 
     g_tf = _grads_tf(make(atf, to_tf), [q, k, v], cots)
     g_pt = _grads_torch(make(atorch, to_torch), [q, k, v], cots)
@@ -159,8 +183,9 @@ def test_sdpa_gradients_agree(problem):
 
 
 def _weights(rng, b=2, nq=3, nk=5, d_v=4, zero_row=True):
-    w = anp.masked_softmax(rng.normal(scale=2, size=(b, nq, nk)),
-                           rng.random((b, nq, nk)) < 0.7)
+    w = anp.masked_softmax(
+        rng.normal(scale=2, size=(b, nq, nk)), rng.random((b, nq, nk)) < 0.7
+    )
     if zero_row:
         w[0, 0] = 0.0  # a fully masked query
     return w, rng.normal(size=(b, nk, d_v))
@@ -214,8 +239,7 @@ def test_hard_attention_log_prob_gradients_agree(rng):
     w, v = _weights(rng)
     cot = rng.normal(size=w.shape[:2])
     g_tf = _grads_tf(lambda a: atf.hard_attention(a, to_tf(v))[2:], [w], [cot])
-    g_pt = _grads_torch(lambda a: atorch.hard_attention(a, to_torch(v))[2:],
-                        [w], [cot])
+    g_pt = _grads_torch(lambda a: atorch.hard_attention(a, to_torch(v))[2:], [w], [cot])
     assert_close(g_tf[0], g_pt[0])
     # d log w_j / d w_j = 1 / w_j at the chosen key, 0 elsewhere and in zero rows
     idx = w.argmax(-1)

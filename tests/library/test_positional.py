@@ -60,7 +60,7 @@ def test_relative_positions_are_a_rotation():
     for i, w in enumerate(omega):
         c, s = math.cos(k * w), math.sin(k * w)
         rot = np.array([[c, -s], [s, c]])  # acts on (sin, cos) row vectors
-        pair = pe[:, 2 * i: 2 * i + 2]
+        pair = pe[:, 2 * i : 2 * i + 2]
         assert_close(pair[:-k] @ rot, pair[k:])
 
 
@@ -89,12 +89,14 @@ def _messages(make_call, x):
 
 
 def test_sequence_longer_than_max_len(rng):
-    msg = _messages(lambda m: m.PositionalEncoding(6, max_len=5),
-                    rng.normal(size=(1, 6, 6)))
+    msg = _messages(
+        lambda m: m.PositionalEncoding(6, max_len=5), rng.normal(size=(1, 6, 6))
+    )
     assert "sequence length 6 exceeds max_len=5" in msg
 
 
 def test_wrong_feature_size(rng):
-    msg = _messages(lambda m: m.PositionalEncoding(6, max_len=5),
-                    rng.normal(size=(1, 3, 4)))
+    msg = _messages(
+        lambda m: m.PositionalEncoding(6, max_len=5), rng.normal(size=(1, 3, 4))
+    )
     assert "d_model=6" in msg and "(1, 3, 4)" in msg

@@ -17,8 +17,11 @@ seeds = st.integers(0, 2**32 - 1)
 
 @st.composite
 def masked_scores(draw):
-    b, nq, nk = (draw(st.integers(1, 3)), draw(st.integers(1, 4)),
-                 draw(st.integers(1, 6)))
+    b, nq, nk = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 6)),
+    )
     spread = draw(st.sampled_from([0.1, 1.0, 10.0, 100.0]))  # up to saturation
     rng = np.random.default_rng(draw(seeds))
     scores = rng.normal(scale=spread, size=(b, nq, nk))
@@ -90,7 +93,8 @@ def test_masked_padding_changes_nothing(fw, n, pad, seed):
     mod, conv = ALL[fw]
     q, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, n + pad, 2))
     full = mod.scaled_dot_product_attention(
-        conv(q), conv(padded), conv(v), valid_lens=conv(np.array([n, n])))[0]
+        conv(q), conv(padded), conv(v), valid_lens=conv(np.array([n, n]))
+    )[0]
     short = mod.scaled_dot_product_attention(conv(q), conv(x), conv(v[:, :n]))[0]
     assert_close(full, short)
 

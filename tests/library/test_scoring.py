@@ -29,19 +29,33 @@ SETTINGS = settings(max_examples=25, deadline=None)
 @st.composite
 def problems(draw):
     """(queries, keys, weights-by-score-name) with small random shapes."""
-    b, nq, nk = (draw(st.integers(1, 3)), draw(st.integers(1, 4)),
-                 draw(st.integers(1, 5)))
-    d_q, d_k, h = (draw(st.integers(1, 6)), draw(st.integers(1, 6)),
-                   draw(st.integers(1, 5)))
+    b, nq, nk = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 5)),
+    )
+    d_q, d_k, h = (
+        draw(st.integers(1, 6)),
+        draw(st.integers(1, 6)),
+        draw(st.integers(1, 5)),
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     q, k = rng.normal(size=(b, nq, d_q)), rng.normal(size=(b, nk, d_k))
     k_same = rng.normal(size=(b, nk, d_q))
-    return q, k, k_same, {
-        "additive": [rng.normal(size=(d_q, h)), rng.normal(size=(d_k, h)),
-                     rng.normal(size=h)],
-        "concat": [rng.normal(size=d_q + d_k), rng.normal()],
-        "bilinear": [rng.normal(size=(d_q, d_k))],
-    }
+    return (
+        q,
+        k,
+        k_same,
+        {
+            "additive": [
+                rng.normal(size=(d_q, h)),
+                rng.normal(size=(d_k, h)),
+                rng.normal(size=h),
+            ],
+            "concat": [rng.normal(size=d_q + d_k), rng.normal()],
+            "bilinear": [rng.normal(size=(d_q, d_k))],
+        },
+    )
 
 
 def cases(q, k, k_same, w):
@@ -88,7 +102,8 @@ def test_score_gradients_agree(problem):
     for name, args in cases(*problem).items():
         args = [np.asarray(a) for a in args]
         cot = np.random.default_rng(7).normal(
-            size=(args[0].shape[0], args[0].shape[1], args[1].shape[1]))
+            size=(args[0].shape[0], args[0].shape[1], args[1].shape[1])
+        )
         g_tf = _grads_tf(getattr(atf, name), args, cot)
         g_pt = _grads_torch(getattr(atorch, name), args, cot)
         # Cosine's gradient (|q|^2 - q q^T) / |q|^3 cancels catastrophically in
@@ -144,8 +159,9 @@ def test_cosine_gradient_finite_at_zero_vector():
     q = np.zeros((1, 1, 3))
     k = np.ones((1, 2, 3))
     cot = np.ones((1, 1, 2))
-    for g in (_grads_tf(atf.cosine_score, [q, k], cot)
-              + _grads_torch(atorch.cosine_score, [q, k], cot)):
+    for g in _grads_tf(atf.cosine_score, [q, k], cot) + _grads_torch(
+        atorch.cosine_score, [q, k], cot
+    ):
         assert np.all(np.isfinite(g))
 
 

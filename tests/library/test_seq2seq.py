@@ -61,7 +61,7 @@ def test_gru_valid_lens_freeze_the_state(rng):
     x = rng.normal(size=(B, S, 4))
     out, state = gru(x, None, LENS)
     for b, n in enumerate(LENS):
-        alone_out, alone_state = gru(x[b:b + 1, :n])
+        alone_out, alone_state = gru(x[b : b + 1, :n])
         assert_close(state[b], alone_state[0])
         assert_close(out[b, :n], alone_out[0])
         assert np.all(out[b, n:] == 0)
@@ -116,8 +116,9 @@ def test_decoder_parity_step_and_teacher_forcing(rng, attention):
     for name, layer in twins.items():
         c = FRAMEWORKS[name][1]
         got = layer.step(c(targets[:, 0]), c(state), c(enc_outputs), c(SRC_MASK))
-        for g, e, what in zip(got, (logits, new_state, w), ("logits", "state", "w"),
-                              strict=True):
+        for g, e, what in zip(
+            got, (logits, new_state, w), ("logits", "state", "w"), strict=True
+        ):
             assert_close(g, e, what=f"{name} step {what}")
         got_logits, got_w = layer(c(targets), c(state), c(enc_outputs), c(SRC_MASK))
         assert_close(got_logits, all_logits, what=f"{name} teacher-forced logits")
@@ -212,7 +213,8 @@ def test_greedy_decode_parity():
         _assert_clear_argmax(dec_ref, enc_ref, src, tokens)
         for name, (module, c) in FRAMEWORKS.items():
             got_tokens, got_w = module.greedy_decode(
-                enc_twins[name], dec_twins[name], c(src), c(LENS), 1, 2, 6)
+                enc_twins[name], dec_twins[name], c(src), c(LENS), 1, 2, 6
+            )
             np.testing.assert_array_equal(to_np(got_tokens), tokens, err_msg=name)
             assert_close(got_w, weights, what=f"{name} {attention}")
 
@@ -273,10 +275,12 @@ def test_source_longer_than_max_src_len(rng):
     def call(m):
         c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
         m.Decoder(V, E, H, "location", max_src_len=6).step(
-            c(np.zeros(B, int)), c(state), c(enc_outputs))
+            c(np.zeros(B, int)), c(state), c(enc_outputs)
+        )
 
     assert "8 source positions, more than the decoder's max_src_len=6" in (
-        _same_error(call))
+        _same_error(call)
+    )
 
 
 def test_bad_state_shape(rng):
@@ -285,6 +289,7 @@ def test_bad_state_shape(rng):
     def call(m):
         c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[m]
         m.Decoder(V, E, H, "scaled_dot").step(
-            c(np.zeros(B, int)), c(np.zeros((B, H + 1))), c(enc_outputs))
+            c(np.zeros(B, int)), c(np.zeros((B, H + 1))), c(enc_outputs)
+        )
 
     assert "state must have shape (batch, hidden_dim) = (3, 6)" in _same_error(call)

@@ -39,18 +39,21 @@ def trained(task_name, attention, framework):
         if task_name not in _cache:
             _cache[task_name] = TASKS[task_name]()
         _cache[key] = MODULES[framework].train_and_evaluate(
-            _cache[task_name], attention, data.TRAIN_CONFIGS[task_name])
+            _cache[task_name], attention, data.TRAIN_CONFIGS[task_name]
+        )
     return _cache[key]
 
 
-@pytest.mark.parametrize("key", sorted(data.EXPECTED_ACCURACY),
-                         ids=lambda k: "-".join(k))
+@pytest.mark.parametrize(
+    "key", sorted(data.EXPECTED_ACCURACY), ids=lambda k: "-".join(k)
+)
 def test_reaches_the_stated_accuracy(key):
     run = trained(*key)
     floor = data.EXPECTED_ACCURACY[key]
     assert run.accuracy >= floor, (
         f"{key}: held-out exact match {run.accuracy:.1%} < the {floor:.0%} the "
-        f"chapter states; did the model, the data or TRAIN_CONFIGS change?")
+        f"chapter states; did the model, the data or TRAIN_CONFIGS change?"
+    )
     losses = run.losses
     assert losses.shape == (data.TRAIN_CONFIGS[key[0]].steps,)
     assert losses[-10:].mean() < 0.5 * losses[:10].mean(), "the loss did not fall"
@@ -67,8 +70,9 @@ def test_location_attention_falls_behind_on_the_dates():
 
 def test_training_is_reproducible():
     task = data.make_zh_en_task()
-    config = data.TrainConfig(embed_dim=8, hidden_dim=8, steps=5, batch_size=16,
-                              learning_rate=0.01)
+    config = data.TrainConfig(
+        embed_dim=8, hidden_dim=8, steps=5, batch_size=16, learning_rate=0.01
+    )
     for module in MODULES.values():
         a = module.train_and_evaluate(task, "bahdanau", config)
         b = module.train_and_evaluate(task, "bahdanau", config)
@@ -87,9 +91,12 @@ def test_teacher_forced_and_greedy_agree_on_exact_match(framework):
     assert weights.shape == task.test.tgt_out.shape + (task.max_src_len,)
     real = task.test.tgt_out != 0
     forced_exact = ((forced == task.test.tgt_out) | ~real).all(axis=1)
-    greedy_exact = np.array([
-        task.tgt_vocab.decode(row) == tgt
-        for row, (_, tgt) in zip(greedy, task.test.pairs, strict=True)])
+    greedy_exact = np.array(
+        [
+            task.tgt_vocab.decode(row) == tgt
+            for row, (_, tgt) in zip(greedy, task.test.pairs, strict=True)
+        ]
+    )
     np.testing.assert_array_equal(forced_exact, greedy_exact)
     assert greedy_exact.mean() == pytest.approx(run.accuracy)
 
@@ -104,16 +111,23 @@ def test_padded_source_positions_get_no_weight():
 
 def test_training_lives_in_the_frameworks_only():
     """No NumPy stand-ins that only raise: the names are simply absent."""
-    for name in ("build_seq2seq", "train_seq2seq", "teacher_forced_predict",
-                 "greedy_translate", "sequence_accuracy", "train_and_evaluate"):
+    for name in (
+        "build_seq2seq",
+        "train_seq2seq",
+        "teacher_forced_predict",
+        "greedy_translate",
+        "sequence_accuracy",
+        "train_and_evaluate",
+    ):
         assert not hasattr(anp, name), name
         assert callable(getattr(atf, name)) and callable(getattr(atorch, name))
 
 
 def test_torch_training_returns_modules_in_eval_mode():
     task = data.make_zh_en_task()
-    config = data.TrainConfig(embed_dim=4, hidden_dim=4, steps=2, batch_size=8,
-                              learning_rate=0.01)
+    config = data.TrainConfig(
+        embed_dim=4, hidden_dim=4, steps=2, batch_size=8, learning_rate=0.01
+    )
     run = atorch.train_and_evaluate(task, "location", config)
     assert not run.encoder.training and not run.decoder.training
     assert run.decoder.max_src_len == task.max_src_len

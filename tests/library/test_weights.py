@@ -15,12 +15,13 @@ from attncourse.seed import set_seed
 FRAMEWORKS = {"numpy": anp, "tf": atf, "torch": atorch}
 LAYERS = {
     "MultiHeadAttention": ((2, 8), {"d_out": 5, "input_dims": (6, 4, 7)}),
-    "MultiHeadAttention-nobias": ((2, 8), {"use_bias": False,
-                                           "input_dims": (8, 8, 8)}),
+    "MultiHeadAttention-nobias": ((2, 8), {"use_bias": False, "input_dims": (8, 8, 8)}),
     "GRU": ((3, 4), {}),
     "Encoder": ((11, 3, 4), {}),
-    **{f"Decoder-{a}": ((11, 3, 4, a), {"max_src_len": 6}) for a in
-       ("scaled_dot", "location", "bahdanau", "luong_dot", "luong_general")},
+    **{
+        f"Decoder-{a}": ((11, 3, 4, a), {"max_src_len": 6})
+        for a in ("scaled_dot", "location", "bahdanau", "luong_dot", "luong_general")
+    },
 }
 
 
@@ -36,7 +37,8 @@ def test_same_names_and_shapes_everywhere_and_round_trip(rng, key):
         layer = make(module, key)
         got = module.get_params(layer)
         assert {k: v.shape for k, v in got.items()} == {
-            k: v.shape for k, v in ref.items()}, name
+            k: v.shape for k, v in ref.items()
+        }, name
         new = {k: rng.normal(size=v.shape) for k, v in ref.items()}
         module.set_params(layer, new)
         back = module.get_params(layer)
@@ -92,17 +94,27 @@ def test_one_parameter_protocol_for_every_layer(fw):
     there is no second protocol (kernels(), _param_slots, *_numpy helpers)."""
     module = FRAMEWORKS[fw]
     layers = [make(module, key) for key in sorted(LAYERS)]
-    layers += [getattr(module, name)(3, 4, 5) for name in
-               ("SelfAttention", "SelfAttentionDense", "CrossAttention",
-                "StatisticalAttention")]
+    layers += [
+        getattr(module, name)(3, 4, 5)
+        for name in (
+            "SelfAttention",
+            "SelfAttentionDense",
+            "CrossAttention",
+            "StatisticalAttention",
+        )
+    ]
     for layer in layers:
         got = module.get_params(layer)
         assert got.keys() == dict(layer.params).keys()
         assert all(v.dtype == np.float64 for v in got.values())
         for old in ("kernels", "_param_slots", "weight_shapes"):
             assert not hasattr(layer, old), f"{type(layer).__name__}.{old}"
-    for old in ("get_weights_numpy", "set_weights_numpy", "get_params_numpy",
-                "set_params_numpy"):
+    for old in (
+        "get_weights_numpy",
+        "set_weights_numpy",
+        "get_params_numpy",
+        "set_params_numpy",
+    ):
         assert not hasattr(module, old), old
 
 
@@ -118,8 +130,10 @@ def test_set_params_rejects_integer_arrays_and_changes_nothing(fw, rng):
     module = FRAMEWORKS[fw]
     layer = make(module, "GRU")
     before = module.get_params(layer)
-    bad = {**{k: rng.normal(size=v.shape) for k, v in before.items()},
-           "b_hn": np.zeros(4, np.int64)}
+    bad = {
+        **{k: rng.normal(size=v.shape) for k, v in before.items()},
+        "b_hn": np.zeros(4, np.int64),
+    }
     with pytest.raises(TypeError, match="b_hn must be a floating-point tensor"):
         module.set_params(layer, bad)
     for k, v in module.get_params(layer).items():
@@ -130,15 +144,18 @@ def test_set_params_rejects_integer_arrays_and_changes_nothing(fw, rng):
 
 
 def gru_params(rng, d_in=3, hidden=4):
-    return {k: rng.normal(size=s) * 0.5 for k, s in
-            anp.seq2seq.gru_param_shapes(d_in, hidden).items()}
+    return {
+        k: rng.normal(size=s) * 0.5
+        for k, s in anp.seq2seq.gru_param_shapes(d_in, hidden).items()
+    }
 
 
 def test_gru_layout_converters_round_trip(rng):
     p = gru_params(rng)
     kernel, recurrent, bias = anp.gru_params_to_keras(p)
-    assert kernel.shape == (3, 12) and recurrent.shape == (4, 12) and bias.shape == (
-        2, 12)
+    assert (
+        kernel.shape == (3, 12) and recurrent.shape == (4, 12) and bias.shape == (2, 12)
+    )
     assert_close(kernel[:, :4], p["W_xz"])  # Keras: z first
     assert_close(recurrent[:, 4:8], p["W_hr"])  # then r
     assert_close(bias[1, 8:], p["b_hn"])  # then h (our n); row 1 = recurrent
@@ -175,8 +192,9 @@ def test_torch_gru_matches_ours(rng, valid):
     gru = atorch.to_torch_gru(p)
     xs = to_torch(x)
     if valid:
-        xs = torch.nn.utils.rnn.pack_padded_sequence(xs, torch.as_tensor(lens),
-                                                     batch_first=True)
+        xs = torch.nn.utils.rnn.pack_padded_sequence(
+            xs, torch.as_tensor(lens), batch_first=True
+        )
     got_out, got_state = gru(xs, to_torch(h0)[None])
     if valid:
         got_out, _ = torch.nn.utils.rnn.pad_packed_sequence(got_out, batch_first=True)
@@ -189,8 +207,9 @@ def test_built_in_initial_weights_run_in_our_gru(rng):
     set_seed(3)
     x, h0 = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 4))
     tgru = torch.nn.GRU(3, 4, batch_first=True)
-    p = anp.gru_params_from_torch({k: v.detach().numpy()
-                                   for k, v in tgru.state_dict().items()})
+    p = anp.gru_params_from_torch(
+        {k: v.detach().numpy() for k, v in tgru.state_dict().items()}
+    )
     assert_close(tgru(to_torch(x), to_torch(h0)[None])[0], anp.gru(x, h0, p)[0])
     kgru = atf.to_keras_gru(gru_params(rng))
     kgru.set_weights([w * 0.9 for w in kgru.get_weights()])
@@ -203,8 +222,11 @@ def test_gate_order_matters(rng):
     p = gru_params(rng)
     x, h0 = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 4))
     sd = anp.gru_params_to_torch(p)
-    naive = [sd["weight_ih_l0"].T, sd["weight_hh_l0"].T,
-             np.stack([sd["bias_ih_l0"], sd["bias_hh_l0"]])]
+    naive = [
+        sd["weight_ih_l0"].T,
+        sd["weight_hh_l0"].T,
+        np.stack([sd["bias_ih_l0"], sd["bias_hh_l0"]]),
+    ]
     layer = atf.to_keras_gru(p)
     right = layer(to_tf(x), initial_state=to_tf(h0))[0]
     layer.set_weights(naive)

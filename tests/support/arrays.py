@@ -44,16 +44,21 @@ def to_np(x) -> np.ndarray:
 
 def assert_close(actual, expected, atol=ATOL, rtol=RTOL, what=""):
     np.testing.assert_allclose(
-        to_np(actual).astype(np.float64), to_np(expected).astype(np.float64),
-        atol=atol, rtol=rtol, err_msg=what,
+        to_np(actual).astype(np.float64),
+        to_np(expected).astype(np.float64),
+        atol=atol,
+        rtol=rtol,
+        err_msg=what,
     )
 
 
 def make_params(rng, d_q, d_k, d_v, d_model, d_out, bias=True):
-    params = {"W_q": rng.normal(size=(d_q, d_model)) / math.sqrt(d_q),
-              "W_k": rng.normal(size=(d_k, d_model)) / math.sqrt(d_k),
-              "W_v": rng.normal(size=(d_v, d_model)) / math.sqrt(d_v),
-              "W_o": rng.normal(size=(d_model, d_out)) / math.sqrt(d_model)}
+    params = {
+        "W_q": rng.normal(size=(d_q, d_model)) / math.sqrt(d_q),
+        "W_k": rng.normal(size=(d_k, d_model)) / math.sqrt(d_k),
+        "W_v": rng.normal(size=(d_v, d_model)) / math.sqrt(d_v),
+        "W_o": rng.normal(size=(d_model, d_out)) / math.sqrt(d_model),
+    }
     if bias:
         params.update({f"b_{c}": rng.normal(size=d_model) for c in "qkv"})
         params["b_o"] = rng.normal(size=d_out)
@@ -76,6 +81,8 @@ def make_mask(rng, kind, batch, heads, n_q, n_k):
 
 
 def inputs(rng, batch=2, n_q=3, n_k=5, d_q=6, d_k=4, d_v=7):
-    return (rng.normal(size=(batch, n_q, d_q)), rng.normal(size=(batch, n_k, d_k)),
-            rng.normal(size=(batch, n_k, d_v)))
-
+    return (
+        rng.normal(size=(batch, n_q, d_q)),
+        rng.normal(size=(batch, n_k, d_k)),
+        rng.normal(size=(batch, n_k, d_v)),
+    )

@@ -15,9 +15,10 @@ go to ``_build/browser-artifacts/screenshots/``.
 Without Chromium or playwright the tests skip locally, and fail when ``CI=true``.
 Use ``CHROMIUM=/path/to/chrome`` to point at another Chromium build.
 
-Test modules load this file as a plugin (``pytest_plugins = ["support.browser"]``), which
-registers its fixtures (``browser``, ``new_web``, ``web``, ``site_url``) and the
-hook that tells the fixtures whether the test failed.
+Test modules load this file as a plugin
+(``pytest_plugins = ["support.browser"]``), which registers its fixtures
+(``browser``, ``new_web``, ``web``, ``site_url``) and the hook that tells the
+fixtures whether the test failed.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ import pytest
 from support.book import ROOT
 from support.ci import on_ci, skip_or_fail, slowness
 
-ARTIFACTS = Path(os.environ.get("BROWSER_ARTIFACTS")
-                 or ROOT / "_build" / "browser-artifacts")
+ARTIFACTS = Path(
+    os.environ.get("BROWSER_ARTIFACTS") or ROOT / "_build" / "browser-artifacts"
+)
 SCREENSHOTS = ARTIFACTS / "screenshots"
 
 CHROMIUM_ARGS = [
@@ -73,8 +75,15 @@ def chromium_executable() -> str | None:
     """``$CHROMIUM`` if set (and only it), else Debian's /usr/bin/chromium or
     whatever ``chromium`` is on the PATH."""
     override = os.environ.get("CHROMIUM")
-    candidates = [override] if override else [
-        "/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")]
+    candidates = (
+        [override]
+        if override
+        else [
+            "/usr/bin/chromium",
+            shutil.which("chromium"),
+            shutil.which("chromium-browser"),
+        ]
+    )
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
@@ -116,7 +125,9 @@ def browser():
     playwright = manager.start()
     try:
         chromium = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS,
+            executable_path=executable,
+            headless=True,
+            args=CHROMIUM_ARGS,
         )
     except Exception as exc:  # noqa: BLE001
         manager.__exit__(None, None, None)
@@ -146,13 +157,13 @@ class Log:
     test does, so one broken page script fails the page-load test, not every test.
     """
 
-    console: list[str] = field(default_factory=list)       # "type: text (location)"
+    console: list[str] = field(default_factory=list)  # "type: text (location)"
     console_errors: list[str] = field(default_factory=list)
-    page_errors: list[str] = field(default_factory=list)   # uncaught exceptions
-    load_errors: list[str] = field(default_factory=list)   # both kinds, during loads
-    requests: list[str] = field(default_factory=list)      # "METHOD url"
-    external: list[str] = field(default_factory=list)      # urls leaving localhost
-    failed: list[str] = field(default_factory=list)        # failed / HTTP >= 400
+    page_errors: list[str] = field(default_factory=list)  # uncaught exceptions
+    load_errors: list[str] = field(default_factory=list)  # both kinds, during loads
+    requests: list[str] = field(default_factory=list)  # "METHOD url"
+    external: list[str] = field(default_factory=list)  # urls leaving localhost
+    failed: list[str] = field(default_factory=list)  # failed / HTTP >= 400
     is_loading: bool = False
 
     @contextlib.contextmanager
@@ -173,17 +184,25 @@ class Log:
     def problems(self, loads: bool = True) -> dict[str, list[str]]:
         """Failed loads, off-site requests, console errors and uncaught exceptions
         (with ``loads=False``, only those raised after pages finished loading)."""
-        found = {"errors while the page loaded": self.load_errors if loads else [],
-                 "console errors": self.console_errors,
-                 "uncaught exceptions": self.page_errors,
-                 "failed requests": self.failed,
-                 "requests leaving localhost": self.external}
+        found = {
+            "errors while the page loaded": self.load_errors if loads else [],
+            "console errors": self.console_errors,
+            "uncaught exceptions": self.page_errors,
+            "failed requests": self.failed,
+            "requests leaving localhost": self.external,
+        }
         return {k: v for k, v in found.items() if v}
 
     def text(self) -> str:
         parts = []
-        for name in ("console", "load_errors", "page_errors", "failed", "external",
-                     "requests"):
+        for name in (
+            "console",
+            "load_errors",
+            "page_errors",
+            "failed",
+            "external",
+            "requests",
+        ):
             parts.append(f"== {name} ({len(getattr(self, name))})")
             parts += getattr(self, name)
         return "\n".join(parts) + "\n"
@@ -271,9 +290,14 @@ def new_web(browser, request) -> Iterator[Callable[..., Web]]:
     def make(viewport=None, is_mobile=False, label="desktop", **options) -> Web:
         log = Log()
         context = browser.new_context(
-            viewport=viewport or DESKTOP, is_mobile=is_mobile, has_touch=is_mobile,
-            device_scale_factor=1, color_scheme="light", reduced_motion="reduce",
-            service_workers="block", **options,
+            viewport=viewport or DESKTOP,
+            is_mobile=is_mobile,
+            has_touch=is_mobile,
+            device_scale_factor=1,
+            color_scheme="light",
+            reduced_motion="reduce",
+            service_workers="block",
+            **options,
         )
         # 30 s for each wait on an idle machine, longer on a loaded one.
         context.set_default_timeout(30_000 * slowness())
@@ -304,8 +328,9 @@ def save_artifacts(web: Web, folder: Path, stem: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for page in web.context.pages:
         try:
-            page.screenshot(path=str(folder / f"{stem}.png"), full_page=True,
-                            timeout=15_000)
+            page.screenshot(
+                path=str(folder / f"{stem}.png"), full_page=True, timeout=15_000
+            )
         except Exception as exc:  # noqa: BLE001
             (folder / f"{stem}.screenshot-failed.txt").write_text(str(exc))
         url = page.url
@@ -325,7 +350,8 @@ def wait_until_settled(page) -> None:
     page.wait_for_function(
         """() => !document.querySelector('script[src*="mathjax" i]')
                  || (window.MathJax && window.MathJax.startup
-                     && window.MathJax.startup.promise)""")
+                     && window.MathJax.startup.promise)"""
+    )
     page.evaluate(
         """async () => {
              if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
@@ -333,7 +359,8 @@ def wait_until_settled(page) -> None:
              await Promise.all([...document.images].map(img => img.complete ? null :
                new Promise(done => { img.addEventListener('load', done);
                                      img.addEventListener('error', done); })));
-           }""")
+           }"""
+    )
 
 
 def load(web: Web, url: str | None = None):
@@ -364,9 +391,13 @@ def free_port() -> int:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".ipynb": "application/x-ipynb+json", ".woff": "font/woff",
-                      ".woff2": "font/woff2", ".js": "text/javascript"}
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".ipynb": "application/x-ipynb+json",
+        ".woff": "font/woff",
+        ".woff2": "font/woff2",
+        ".js": "text/javascript",
+    }
 
     def log_message(self, format, *args):  # noqa: A002
         pass
@@ -385,8 +416,11 @@ def site_url(site) -> Iterator[str]:
     server.server_close()
 
 
-def wait_for_http(url: str, timeout: float, alive: Callable[[], bool] = lambda: True,
-                  ) -> None:
+def wait_for_http(
+    url: str,
+    timeout: float,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
     """Poll ``url`` until it answers (any HTTP status) or ``timeout`` passes."""
     timeout *= slowness()  # a loaded machine starts servers more slowly
     deadline = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""Grading helpers the grading tests share: the bug catalogue, submissions, course copies.
+"""Grading helpers the tests share: the bug catalogue, submissions, courses.
 
 Each Bug edits the reference solution of one framework part (TensorFlow or
 PyTorch) with one typical mistake; ``lost`` lists the test cells (grade ids)
@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Bug:
     assignment: str
-    student: str          # the student notebook that carries it
-    part: str             # "tf" or "torch"
-    edits: tuple          # (old, new) replacements in the part's solution cell
-    lost: tuple           # grade ids that must score 0
-    tag: str = ""         # "Likely mistake (<tag>)" expected in the feedback
+    student: str  # the student notebook that carries it
+    part: str  # "tf" or "torch"
+    edits: tuple  # (old, new) replacements in the part's solution cell
+    lost: tuple  # grade ids that must score 0
+    tag: str = ""  # "Likely mistake (<tag>)" expected in the feedback
     extra: dict = field(default_factory=dict)
-    says: str = ""        # text the feedback must contain (e.g. plain advice)
+    says: str = ""  # text the feedback must contain (e.g. plain advice)
 
 
 def B(assignment, student, part, edits, lost, tag="", says=""):
@@ -40,319 +40,851 @@ def B(assignment, student, part, edits, lost, tag="", says=""):
 
 BUGS = (
     # ---------------------------------------------------------------- addressing
-    B("addressing", "bug1", "tf",
-      [("tf.nn.softmax(scores, axis=-1)", "tf.nn.softmax(scores, axis=1)")],
-      ["tf-visible", "tf-hidden"], "softmax-axis"),
-    B("addressing", "bug1", "torch",
-      [("scores = -beta * diff", "scores = beta * diff")],
-      ["torch-visible", "torch-hidden"], "score-sign"),
-    B("addressing", "bug2", "tf",
-      [("scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
-        "scores = -tf.reduce_sum(tf.square(diff), axis=-1) / beta")],
-      ["tf-visible", "tf-hidden"], "beta-divides"),
-    B("addressing", "bug2", "torch",
-      [("diff.pow(2).sum(dim=-1)", "diff.pow(2).sum(dim=-1).sqrt()")],
-      ["torch-hidden"], "distance-not-squared"),
-    B("addressing", "bug3", "tf",
-      [("scores = -beta * tf.reduce_sum", "scores = -float(beta) * tf.reduce_sum")],
-      ["tf-hidden"], "no-gradient"),
-    B("addressing", "bug3", "torch",
-      [("scores = -beta * diff.pow(2).sum(dim=-1)",
-        "scores = beta * queries @ keys.transpose(-1, -2)")],
-      ["torch-hidden"], "dot-product-score"),
+    B(
+        "addressing",
+        "bug1",
+        "tf",
+        [("tf.nn.softmax(scores, axis=-1)", "tf.nn.softmax(scores, axis=1)")],
+        ["tf-visible", "tf-hidden"],
+        "softmax-axis",
+    ),
+    B(
+        "addressing",
+        "bug1",
+        "torch",
+        [("scores = -beta * diff", "scores = beta * diff")],
+        ["torch-visible", "torch-hidden"],
+        "score-sign",
+    ),
+    B(
+        "addressing",
+        "bug2",
+        "tf",
+        [
+            (
+                "scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
+                "scores = -tf.reduce_sum(tf.square(diff), axis=-1) / beta",
+            )
+        ],
+        ["tf-visible", "tf-hidden"],
+        "beta-divides",
+    ),
+    B(
+        "addressing",
+        "bug2",
+        "torch",
+        [("diff.pow(2).sum(dim=-1)", "diff.pow(2).sum(dim=-1).sqrt()")],
+        ["torch-hidden"],
+        "distance-not-squared",
+    ),
+    B(
+        "addressing",
+        "bug3",
+        "tf",
+        [("scores = -beta * tf.reduce_sum", "scores = -float(beta) * tf.reduce_sum")],
+        ["tf-hidden"],
+        "no-gradient",
+    ),
+    B(
+        "addressing",
+        "bug3",
+        "torch",
+        [
+            (
+                "scores = -beta * diff.pow(2).sum(dim=-1)",
+                "scores = beta * queries @ keys.transpose(-1, -2)",
+            )
+        ],
+        ["torch-hidden"],
+        "dot-product-score",
+    ),
     # mistakes learners report (see the variants' comments in grader/assignments)
-    B("addressing", "bug4", "tf",
-      [("scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
-        "scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1) / 2")],
-      ["tf-hidden"], "halved-distance"),
-    B("addressing", "bug4", "torch",
-      [("scores = -beta * diff.pow(2).sum(dim=-1)",
-        "scores = -(beta * diff).pow(2).sum(dim=-1)")],
-      ["torch-hidden"], "beta-squared"),
+    B(
+        "addressing",
+        "bug4",
+        "tf",
+        [
+            (
+                "scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1)",
+                "scores = -beta * tf.reduce_sum(tf.square(diff), axis=-1) / 2",
+            )
+        ],
+        ["tf-hidden"],
+        "halved-distance",
+    ),
+    B(
+        "addressing",
+        "bug4",
+        "torch",
+        [
+            (
+                "scores = -beta * diff.pow(2).sum(dim=-1)",
+                "scores = -(beta * diff).pow(2).sum(dim=-1)",
+            )
+        ],
+        ["torch-hidden"],
+        "beta-squared",
+    ),
     # --------------------------------------------------------- scoring-functions
-    B("scoring-functions", "bug1", "tf",
-      [("features = tf.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
-        "features = q_part[:, :, None, :] + k_part[:, None, :, :] + b")],
-      ["tf-visible", "tf-hidden-additive"], "missing-tanh"),
-    B("scoring-functions", "bug1", "torch",
-      [("return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
-        "return q @ k.transpose(-1, -2)")],
-      ["torch-hidden-projected"], "missing-scale"),
-    B("scoring-functions", "bug2", "tf",
-      [("q_part = queries @ W[:d_q]", "q_part = queries @ W[-d_q:]"),
-       ("k_part = keys @ W[d_q:]", "k_part = keys @ W[:-d_q]")],
-      ["tf-hidden-additive"], "concat-order"),
-    B("scoring-functions", "bug2", "torch",
-      [("return queries @ W @ keys", "return queries @ W.T @ keys")],
-      ["torch-visible", "torch-hidden-bilinear"], "transposed-weights"),
-    B("scoring-functions", "bug3", "tf",
-      [("/ math.sqrt(W_q.shape[1])", "/ math.sqrt(queries.shape[-1])")],
-      ["tf-hidden-projected"], "scale-input-size"),
-    B("scoring-functions", "bug3", "torch",
-      [("torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
-        "torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :]) + b")],
-      ["torch-hidden-additive"], "bias-outside-tanh"),
-    B("scoring-functions", "bug4", "tf",
-      [("return tf.matmul(queries @ W, keys, transpose_b=True)",
-        "return tf.matmul(queries @ W, tf.transpose(keys))")],
-      ["tf-visible", "tf-hidden-bilinear"],
-      says="transpose only the last two axes of the keys"),
-    B("scoring-functions", "bug4", "torch",
-      [("return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
-        "return q @ k.T / math.sqrt(W_q.shape[1])")],
-      ["torch-visible", "torch-hidden-projected"],
-      says="transpose only the last two axes of the keys"),
+    B(
+        "scoring-functions",
+        "bug1",
+        "tf",
+        [
+            (
+                "features = tf.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
+                "features = q_part[:, :, None, :] + k_part[:, None, :, :] + b",
+            )
+        ],
+        ["tf-visible", "tf-hidden-additive"],
+        "missing-tanh",
+    ),
+    B(
+        "scoring-functions",
+        "bug1",
+        "torch",
+        [
+            (
+                "return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
+                "return q @ k.transpose(-1, -2)",
+            )
+        ],
+        ["torch-hidden-projected"],
+        "missing-scale",
+    ),
+    B(
+        "scoring-functions",
+        "bug2",
+        "tf",
+        [
+            ("q_part = queries @ W[:d_q]", "q_part = queries @ W[-d_q:]"),
+            ("k_part = keys @ W[d_q:]", "k_part = keys @ W[:-d_q]"),
+        ],
+        ["tf-hidden-additive"],
+        "concat-order",
+    ),
+    B(
+        "scoring-functions",
+        "bug2",
+        "torch",
+        [("return queries @ W @ keys", "return queries @ W.T @ keys")],
+        ["torch-visible", "torch-hidden-bilinear"],
+        "transposed-weights",
+    ),
+    B(
+        "scoring-functions",
+        "bug3",
+        "tf",
+        [("/ math.sqrt(W_q.shape[1])", "/ math.sqrt(queries.shape[-1])")],
+        ["tf-hidden-projected"],
+        "scale-input-size",
+    ),
+    B(
+        "scoring-functions",
+        "bug3",
+        "torch",
+        [
+            (
+                "torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :] + b)",
+                "torch.tanh(q_part[:, :, None, :] + k_part[:, None, :, :]) + b",
+            )
+        ],
+        ["torch-hidden-additive"],
+        "bias-outside-tanh",
+    ),
+    B(
+        "scoring-functions",
+        "bug4",
+        "tf",
+        [
+            (
+                "return tf.matmul(queries @ W, keys, transpose_b=True)",
+                "return tf.matmul(queries @ W, tf.transpose(keys))",
+            )
+        ],
+        ["tf-visible", "tf-hidden-bilinear"],
+        says="transpose only the last two axes of the keys",
+    ),
+    B(
+        "scoring-functions",
+        "bug4",
+        "torch",
+        [
+            (
+                "return q @ k.transpose(-1, -2) / math.sqrt(W_q.shape[1])",
+                "return q @ k.T / math.sqrt(W_q.shape[1])",
+            )
+        ],
+        ["torch-visible", "torch-hidden-projected"],
+        says="transpose only the last two axes of the keys",
+    ),
     # ------------------------------------------------------- soft-hard-attention
-    B("soft-hard-attention", "bug1", "tf",
-      [("indices = tf.minimum(tf.reduce_sum(below, axis=-1), scores.shape[-1] - 1)",
-        "indices = tf.argmax(scores, axis=-1)")],
-      ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"], "argmax-not-sampled"),
-    B("soft-hard-attention", "bug1", "torch",
-      [("log_probs = torch.gather(log_p, -1,",
-        "log_probs = torch.gather(log_p.exp(), -1,")],
-      ["torch-visible", "torch-hidden-log-prob"], "probability-not-log"),
-    B("soft-hard-attention", "bug2", "tf",
-      [("log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",
-        "log_probs = tf.stop_gradient(tf.gather(log_p, indices[..., None], "
-        "batch_dims=2)[..., 0])")],
-      ["tf-hidden-log-prob"], "no-gradient"),
-    B("soft-hard-attention", "bug2", "torch",
-      [("torch.log_softmax(scores, dim=-1)", "torch.log_softmax(scores, dim=1)")],
-      ["torch-visible", "torch-hidden-sample", "torch-hidden-log-prob"],
-      "softmax-axis"),
-    B("soft-hard-attention", "bug3", "tf",
-      [("cdf = tf.cumsum(tf.exp(log_p), axis=-1)",
-        "cdf = tf.cumsum(tf.exp(scores), axis=-1)")],
-      ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"],
-      "unnormalised-probabilities"),
-    B("soft-hard-attention", "bug3", "torch",
-      [("log_probs = torch.gather(log_p, -1,", "log_probs = torch.gather(scores, -1,")],
-      ["torch-visible", "torch-hidden-log-prob"], "unnormalised-log-probability"),
-    B("soft-hard-attention", "bug4", "tf",
-      [("log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",
-        "log_probs = -tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]")],
-      ["tf-visible", "tf-hidden-log-prob"], "negated-log-prob"),
-    B("soft-hard-attention", "bug4", "torch",
-      [("log_probs = torch.gather(log_p, -1,", "log_probs = -torch.gather(log_p, -1,")],
-      ["torch-visible", "torch-hidden-log-prob"], "negated-log-prob"),
+    B(
+        "soft-hard-attention",
+        "bug1",
+        "tf",
+        [
+            (
+                "indices = tf.minimum(tf.reduce_sum(below, axis=-1), scores.shape[-1] - 1)",  # noqa: E501
+                "indices = tf.argmax(scores, axis=-1)",
+            )
+        ],
+        ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"],
+        "argmax-not-sampled",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug1",
+        "torch",
+        [
+            (
+                "log_probs = torch.gather(log_p, -1,",
+                "log_probs = torch.gather(log_p.exp(), -1,",
+            )
+        ],
+        ["torch-visible", "torch-hidden-log-prob"],
+        "probability-not-log",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug2",
+        "tf",
+        [
+            (
+                "log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",  # noqa: E501
+                "log_probs = tf.stop_gradient(tf.gather(log_p, indices[..., None], "
+                "batch_dims=2)[..., 0])",
+            )
+        ],
+        ["tf-hidden-log-prob"],
+        "no-gradient",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug2",
+        "torch",
+        [("torch.log_softmax(scores, dim=-1)", "torch.log_softmax(scores, dim=1)")],
+        ["torch-visible", "torch-hidden-sample", "torch-hidden-log-prob"],
+        "softmax-axis",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug3",
+        "tf",
+        [
+            (
+                "cdf = tf.cumsum(tf.exp(log_p), axis=-1)",
+                "cdf = tf.cumsum(tf.exp(scores), axis=-1)",
+            )
+        ],
+        ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"],
+        "unnormalised-probabilities",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug3",
+        "torch",
+        [
+            (
+                "log_probs = torch.gather(log_p, -1,",
+                "log_probs = torch.gather(scores, -1,",
+            )
+        ],
+        ["torch-visible", "torch-hidden-log-prob"],
+        "unnormalised-log-probability",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug4",
+        "tf",
+        [
+            (
+                "log_probs = tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",  # noqa: E501
+                "log_probs = -tf.gather(log_p, indices[..., None], batch_dims=2)[..., 0]",  # noqa: E501
+            )
+        ],
+        ["tf-visible", "tf-hidden-log-prob"],
+        "negated-log-prob",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug4",
+        "torch",
+        [
+            (
+                "log_probs = torch.gather(log_p, -1,",
+                "log_probs = -torch.gather(log_p, -1,",
+            )
+        ],
+        ["torch-visible", "torch-hidden-log-prob"],
+        "negated-log-prob",
+    ),
     # --------------------------------------------------------- key-value-masking
-    B("key-value-masking", "bug1", "tf",
-      [("mask = key_mask[:, None, :]", "mask = tf.logical_not(key_mask)[:, None, :]")],
-      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "inverted-mask"),
-    B("key-value-masking", "bug1", "torch",
-      [("scores.masked_fill(~mask, -1e9)", "scores.masked_fill(~mask, -float('inf'))")],
-      ["torch-visible", "torch-hidden-empty"], "minus-infinity-fill"),
-    B("key-value-masking", "bug2", "tf",
-      [("scores = tf.where(mask, scores, -1e9)", "pass")],
-      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "mask-after-softmax"),
-    B("key-value-masking", "bug2", "torch",
-      [("return token_ids != pad_id", "return token_ids != 0")],
-      ["torch-hidden-mask"], "hard-coded-pad"),
-    B("key-value-masking", "bug3", "tf",
-      [("weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
-        "weights = tf.nn.softmax(scores, axis=-1)")],
-      ["tf-visible", "tf-hidden-empty"], "uniform-on-empty-rows"),
-    B("key-value-masking", "bug3", "torch",
-      [("mask = key_mask[:, None, :]", "mask = key_mask[:, :, None]")],
-      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
-      "mask-on-queries"),
-    B("key-value-masking", "bug4", "tf",
-      [("scores = tf.where(mask, scores, -1e9)                  # finite: no NaN\n"
-        "    weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
-        "weights = tf.nn.softmax(scores + tf.cast(mask, scores.dtype), axis=-1)")],
-      ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"], "mask-added"),
-    B("key-value-masking", "bug4", "torch",
-      [("scores.masked_fill(~mask, -1e9)", "scores.masked_fill(~mask, 0.0)"),
-       ("weights = torch.softmax(scores, dim=-1) * mask",
-        "weights = torch.softmax(scores, dim=-1)")],
-      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
-      "mask-zero-fill"),
-    B("key-value-masking", "bug5", "tf",
-      [("d_k = queries.shape[-1]", "d_k = values.shape[-1]")],
-      ["tf-hidden-attention", "tf-hidden-empty"], "scale-uses-value-size"),
-    B("key-value-masking", "bug5", "torch",
-      [("mask = key_mask[:, None, :]", "mask = key_mask[:, None, :].float()")],
-      ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
-      says="a mask is used as a boolean"),
+    B(
+        "key-value-masking",
+        "bug1",
+        "tf",
+        [
+            (
+                "mask = key_mask[:, None, :]",
+                "mask = tf.logical_not(key_mask)[:, None, :]",
+            )
+        ],
+        ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"],
+        "inverted-mask",
+    ),
+    B(
+        "key-value-masking",
+        "bug1",
+        "torch",
+        [
+            (
+                "scores.masked_fill(~mask, -1e9)",
+                "scores.masked_fill(~mask, -float('inf'))",
+            )
+        ],
+        ["torch-visible", "torch-hidden-empty"],
+        "minus-infinity-fill",
+    ),
+    B(
+        "key-value-masking",
+        "bug2",
+        "tf",
+        [("scores = tf.where(mask, scores, -1e9)", "pass")],
+        ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"],
+        "mask-after-softmax",
+    ),
+    B(
+        "key-value-masking",
+        "bug2",
+        "torch",
+        [("return token_ids != pad_id", "return token_ids != 0")],
+        ["torch-hidden-mask"],
+        "hard-coded-pad",
+    ),
+    B(
+        "key-value-masking",
+        "bug3",
+        "tf",
+        [
+            (
+                "weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",  # noqa: E501
+                "weights = tf.nn.softmax(scores, axis=-1)",
+            )
+        ],
+        ["tf-visible", "tf-hidden-empty"],
+        "uniform-on-empty-rows",
+    ),
+    B(
+        "key-value-masking",
+        "bug3",
+        "torch",
+        [("mask = key_mask[:, None, :]", "mask = key_mask[:, :, None]")],
+        ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+        "mask-on-queries",
+    ),
+    B(
+        "key-value-masking",
+        "bug4",
+        "tf",
+        [
+            (
+                "scores = tf.where(mask, scores, -1e9)                  # finite: no NaN\n"  # noqa: E501
+                "    weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",  # noqa: E501
+                "weights = tf.nn.softmax(scores + tf.cast(mask, scores.dtype), axis=-1)",  # noqa: E501
+            )
+        ],
+        ["tf-visible", "tf-hidden-attention", "tf-hidden-empty"],
+        "mask-added",
+    ),
+    B(
+        "key-value-masking",
+        "bug4",
+        "torch",
+        [
+            ("scores.masked_fill(~mask, -1e9)", "scores.masked_fill(~mask, 0.0)"),
+            (
+                "weights = torch.softmax(scores, dim=-1) * mask",
+                "weights = torch.softmax(scores, dim=-1)",
+            ),
+        ],
+        ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+        "mask-zero-fill",
+    ),
+    B(
+        "key-value-masking",
+        "bug5",
+        "tf",
+        [("d_k = queries.shape[-1]", "d_k = values.shape[-1]")],
+        ["tf-hidden-attention", "tf-hidden-empty"],
+        "scale-uses-value-size",
+    ),
+    B(
+        "key-value-masking",
+        "bug5",
+        "torch",
+        [("mask = key_mask[:, None, :]", "mask = key_mask[:, None, :].float()")],
+        ["torch-visible", "torch-hidden-attention", "torch-hidden-empty"],
+        says="a mask is used as a boolean",
+    ),
     # ------------------------------------------------------------ self-attention
-    B("self-attention", "bug1", "tf",
-      [(" / math.sqrt(self.d_k)", "")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"], "missing-scale"),
-    B("self-attention", "bug1", "torch",
-      [("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")],
-      ["torch-visible", "torch-hidden-masks"], "causal-flipped"),
-    B("self-attention", "bug2", "tf",
-      [("mask = tf.logical_and(mask, attention_mask)",
-        "mask = tf.logical_and(mask, tf.logical_not(attention_mask))")],
-      ["tf-visible", "tf-hidden-masks"], "inverted-mask"),
-    B("self-attention", "bug2", "torch",
-      [("torch.empty(input_dim, d_k)))\n        self.W_k",
-        "torch.empty(d_k, input_dim)))\n        self.W_k"),
-       ("inputs @ self.W_q,", "inputs @ self.W_q.T,")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], "transposed-weights"),
-    B("self-attention", "bug3", "tf",
-      [("""self.W_q = self.add_weight(name="W_q", shape=(input_dim, self.d_k),
+    B(
+        "self-attention",
+        "bug1",
+        "tf",
+        [(" / math.sqrt(self.d_k)", "")],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "missing-scale",
+    ),
+    B(
+        "self-attention",
+        "bug1",
+        "torch",
+        [("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")],
+        ["torch-visible", "torch-hidden-masks"],
+        "causal-flipped",
+    ),
+    B(
+        "self-attention",
+        "bug2",
+        "tf",
+        [
+            (
+                "mask = tf.logical_and(mask, attention_mask)",
+                "mask = tf.logical_and(mask, tf.logical_not(attention_mask))",
+            )
+        ],
+        ["tf-visible", "tf-hidden-masks"],
+        "inverted-mask",
+    ),
+    B(
+        "self-attention",
+        "bug2",
+        "torch",
+        [
+            (
+                "torch.empty(input_dim, d_k)))\n        self.W_k",
+                "torch.empty(d_k, input_dim)))\n        self.W_k",
+            ),
+            ("inputs @ self.W_q,", "inputs @ self.W_q.T,"),
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "transposed-weights",
+    ),
+    B(
+        "self-attention",
+        "bug3",
+        "tf",
+        [
+            (
+                """self.W_q = self.add_weight(name="W_q", shape=(input_dim, self.d_k),
                                    initializer="glorot_uniform")""",
-        """self.W_q = tf.random.normal((input_dim, self.d_k))""")],
-      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "not-a-trainable-weight"),
-    B("self-attention", "bug3", "torch",
-      [("torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)",
-        "torch.softmax(scores.masked_fill(~mask, -1e9), dim=1)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], "softmax-axis"),
-    B("self-attention", "bug4", "tf",
-      [("scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_k)",
-        "scores = tf.matmul(q, k, transpose_b=True)"),
-       ("outputs = tf.matmul(weights, v)",
-        "weights = weights / math.sqrt(self.d_k)\n"
-        "        outputs = tf.matmul(weights, v)")],
-      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "scale-after-softmax"),
-    B("self-attention", "bug4", "torch",
-      [("inputs @ self.W_k, inputs @ self.W_v",
-        "inputs @ self.W_q, inputs @ self.W_v")],
-      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
-      "keys-projected-with-W_q"),
-    B("self-attention", "bug5", "tf",
-      [("mask = tf.logical_and(mask, attention_mask)",
-        "mask = tf.logical_and(mask, tf.transpose(attention_mask, (0, 2, 1)))")],
-      ["tf-visible", "tf-hidden-masks"], "mask-on-queries"),
-    B("self-attention", "bug5", "torch",
-      [("mask = mask & attention_mask", "scores = scores + attention_mask")],
-      ["torch-visible", "torch-hidden-masks"], "mask-added"),
-    B("self-attention", "bug6", "tf",
-      [("scores = tf.where(mask, scores, -1e9)",
-        "scores = tf.where(mask, scores, 0.0)"),
-       ("weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",
-        "weights = tf.nn.softmax(scores, axis=-1)")],
-      ["tf-visible", "tf-hidden-masks"], "mask-zero-fill"),
-    B("self-attention", "bug6", "torch",
-      [("scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)",
-        "scores = q @ k.T / math.sqrt(self.d_k)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], says="transpose only the last two axes of the keys"),
+                """self.W_q = tf.random.normal((input_dim, self.d_k))""",
+            )
+        ],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "not-a-trainable-weight",
+    ),
+    B(
+        "self-attention",
+        "bug3",
+        "torch",
+        [
+            (
+                "torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)",
+                "torch.softmax(scores.masked_fill(~mask, -1e9), dim=1)",
+            )
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "softmax-axis",
+    ),
+    B(
+        "self-attention",
+        "bug4",
+        "tf",
+        [
+            (
+                "scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_k)",
+                "scores = tf.matmul(q, k, transpose_b=True)",
+            ),
+            (
+                "outputs = tf.matmul(weights, v)",
+                "weights = weights / math.sqrt(self.d_k)\n"
+                "        outputs = tf.matmul(weights, v)",
+            ),
+        ],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "scale-after-softmax",
+    ),
+    B(
+        "self-attention",
+        "bug4",
+        "torch",
+        [
+            (
+                "inputs @ self.W_k, inputs @ self.W_v",
+                "inputs @ self.W_q, inputs @ self.W_v",
+            )
+        ],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "keys-projected-with-W_q",
+    ),
+    B(
+        "self-attention",
+        "bug5",
+        "tf",
+        [
+            (
+                "mask = tf.logical_and(mask, attention_mask)",
+                "mask = tf.logical_and(mask, tf.transpose(attention_mask, (0, 2, 1)))",
+            )
+        ],
+        ["tf-visible", "tf-hidden-masks"],
+        "mask-on-queries",
+    ),
+    B(
+        "self-attention",
+        "bug5",
+        "torch",
+        [("mask = mask & attention_mask", "scores = scores + attention_mask")],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-added",
+    ),
+    B(
+        "self-attention",
+        "bug6",
+        "tf",
+        [
+            (
+                "scores = tf.where(mask, scores, -1e9)",
+                "scores = tf.where(mask, scores, 0.0)",
+            ),
+            (
+                "weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)",  # noqa: E501
+                "weights = tf.nn.softmax(scores, axis=-1)",
+            ),
+        ],
+        ["tf-visible", "tf-hidden-masks"],
+        "mask-zero-fill",
+    ),
+    B(
+        "self-attention",
+        "bug6",
+        "torch",
+        [
+            (
+                "scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)",
+                "scores = q @ k.T / math.sqrt(self.d_k)",
+            )
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        says="transpose only the last two axes of the keys",
+    ),
     # ---------------------------------------------------------------- multi-head
-    B("multi-head-attention", "bug1", "tf",
-      [("outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
-        "outputs = self.merge_heads(tf.matmul(weights, v))")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "missing-output-projection"),
-    B("multi-head-attention", "bug1", "torch",
-      [("x.reshape(batch, n, self.num_heads, self.d_head).transpose(1, 2)",
-        "x.reshape(batch, self.num_heads, n, self.d_head)"),
-       ("x.transpose(1, 2).reshape(batch, n, self.d_model)",
-        "x.reshape(batch, n, self.d_model)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], "head-split-without-transpose"),
-    B("multi-head-attention", "bug2", "tf",
-      [("/ math.sqrt(self.d_head)", "/ math.sqrt(self.d_model)")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "scale-uses-d_model"),
-    B("multi-head-attention", "bug2", "torch",
-      [("mask = attention_mask[:, None]", "mask = ~attention_mask[:, None]")],
-      ["torch-visible", "torch-hidden-masks"], "inverted-mask"),
-    B("multi-head-attention", "bug3", "tf",
-      [("x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
-        "        return tf.transpose(x, (0, 2, 1, 3))",
-        "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
-        "        return tf.transpose(x, (0, 3, 1, 2))"),
-       ("tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (batch, n, self.d_model))",
-        "tf.reshape(tf.transpose(x, (0, 2, 3, 1)), (batch, n, self.d_model))")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "head-split-interleaved"),
-    B("multi-head-attention", "bug3", "torch",
-      [("queries @ self.W_q)", "queries @ self.W_q.T)"),
-       ("keys @ self.W_k)", "keys @ self.W_k.T)"),
-       ("values @ self.W_v)", "values @ self.W_v.T)"),
-       ("@ self.W_o\n", "@ self.W_o.T\n")],
-      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
-      "transposed-weights"),
+    B(
+        "multi-head-attention",
+        "bug1",
+        "tf",
+        [
+            (
+                "outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",  # noqa: E501
+                "outputs = self.merge_heads(tf.matmul(weights, v))",
+            )
+        ],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "missing-output-projection",
+    ),
+    B(
+        "multi-head-attention",
+        "bug1",
+        "torch",
+        [
+            (
+                "x.reshape(batch, n, self.num_heads, self.d_head).transpose(1, 2)",
+                "x.reshape(batch, self.num_heads, n, self.d_head)",
+            ),
+            (
+                "x.transpose(1, 2).reshape(batch, n, self.d_model)",
+                "x.reshape(batch, n, self.d_model)",
+            ),
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "head-split-without-transpose",
+    ),
+    B(
+        "multi-head-attention",
+        "bug2",
+        "tf",
+        [("/ math.sqrt(self.d_head)", "/ math.sqrt(self.d_model)")],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "scale-uses-d_model",
+    ),
+    B(
+        "multi-head-attention",
+        "bug2",
+        "torch",
+        [("mask = attention_mask[:, None]", "mask = ~attention_mask[:, None]")],
+        ["torch-visible", "torch-hidden-masks"],
+        "inverted-mask",
+    ),
+    B(
+        "multi-head-attention",
+        "bug3",
+        "tf",
+        [
+            (
+                "x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
+                "        return tf.transpose(x, (0, 2, 1, 3))",
+                "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
+                "        return tf.transpose(x, (0, 3, 1, 2))",
+            ),
+            (
+                "tf.reshape(tf.transpose(x, (0, 2, 1, 3)), (batch, n, self.d_model))",
+                "tf.reshape(tf.transpose(x, (0, 2, 3, 1)), (batch, n, self.d_model))",
+            ),
+        ],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "head-split-interleaved",
+    ),
+    B(
+        "multi-head-attention",
+        "bug3",
+        "torch",
+        [
+            ("queries @ self.W_q)", "queries @ self.W_q.T)"),
+            ("keys @ self.W_k)", "keys @ self.W_k.T)"),
+            ("values @ self.W_v)", "values @ self.W_v.T)"),
+            ("@ self.W_o\n", "@ self.W_o.T\n"),
+        ],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "transposed-weights",
+    ),
     # the two multi-head mistakes that got no hint before (a split or a merge
     # alone is wrong), and the rest of the reported ones
-    B("multi-head-attention", "bug4", "tf",
-      [("x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
-        "        return tf.transpose(x, (0, 2, 1, 3))",
-        "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
-        "        return tf.transpose(x, (0, 3, 1, 2))")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "head-split-d_head-first"),
-    B("multi-head-attention", "bug4", "torch",
-      [("x.transpose(1, 2).reshape(batch, n, self.d_model)",
-        "x.reshape(batch, n, self.d_model)")],
-      ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
-      "head-merge-without-transpose"),
-    B("multi-head-attention", "bug5", "tf",
-      [("tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_head)",
-        "tf.matmul(q, k, transpose_b=True)"),
-       ("outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
-        "weights = weights / math.sqrt(self.d_head)\n        outputs = "
-        "tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)")],
-      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "scale-after-softmax"),
-    B("multi-head-attention", "bug5", "torch",
-      [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)"),
-       ("-1e9), dim=-1)", "-1e9), dim=1)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], "softmax-over-heads"),
-    B("multi-head-attention", "bug6", "tf",
-      [("mask = tf.broadcast_to(attention_mask[:, None], tf.shape(scores))",
-        "mask = tf.broadcast_to(attention_mask, tf.shape(scores))")],
-      ["tf-hidden-masks"], "mask-missing-head-axis"),
-    B("multi-head-attention", "bug6", "torch",
-      [("weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",
-        "weights = torch.softmax(scores + mask, dim=-1)")],
-      ["torch-visible", "torch-hidden-masks"], "mask-added"),
-    B("multi-head-attention", "bug7", "tf",
-      [("v = self.split_heads(tf.matmul(values, self.W_v))",
-        "v = self.split_heads(tf.matmul(values, self.W_k))")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "values-projected-with-W_k"),
-    B("multi-head-attention", "bug7", "torch",
-      [("weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",
-        "weights = torch.softmax(scores * mask, dim=-1)")],
-      ["torch-visible", "torch-hidden-masks"], "mask-zero-fill"),
-    B("multi-head-attention", "bug8", "torch",
-      [("scores = q @ k.transpose(-1, -2)", "scores = q @ k.transpose(1, 2)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks",
-       "torch-hidden-gradients"], says="transpose only the last two axes of the keys"),
-    B("multi-head-attention", "bug8", "tf",
-      [("/ math.sqrt(self.d_head)", "/ tf.sqrt(tf.cast(self.d_head, tf.float64))")],
-      ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      says="float32 and float64 tensors are mixed"),
+    B(
+        "multi-head-attention",
+        "bug4",
+        "tf",
+        [
+            (
+                "x = tf.reshape(x, (batch, n, self.num_heads, self.d_head))\n"
+                "        return tf.transpose(x, (0, 2, 1, 3))",
+                "x = tf.reshape(x, (batch, n, self.d_head, self.num_heads))\n"
+                "        return tf.transpose(x, (0, 3, 1, 2))",
+            )
+        ],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "head-split-d_head-first",
+    ),
+    B(
+        "multi-head-attention",
+        "bug4",
+        "torch",
+        [
+            (
+                "x.transpose(1, 2).reshape(batch, n, self.d_model)",
+                "x.reshape(batch, n, self.d_model)",
+            )
+        ],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "head-merge-without-transpose",
+    ),
+    B(
+        "multi-head-attention",
+        "bug5",
+        "tf",
+        [
+            (
+                "tf.matmul(q, k, transpose_b=True) / math.sqrt(self.d_head)",
+                "tf.matmul(q, k, transpose_b=True)",
+            ),
+            (
+                "outputs = tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",  # noqa: E501
+                "weights = weights / math.sqrt(self.d_head)\n        outputs = "
+                "tf.matmul(self.merge_heads(tf.matmul(weights, v)), self.W_o)",
+            ),
+        ],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "scale-after-softmax",
+    ),
+    B(
+        "multi-head-attention",
+        "bug5",
+        "torch",
+        [
+            ("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)"),
+            ("-1e9), dim=-1)", "-1e9), dim=1)"),
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "softmax-over-heads",
+    ),
+    B(
+        "multi-head-attention",
+        "bug6",
+        "tf",
+        [
+            (
+                "mask = tf.broadcast_to(attention_mask[:, None], tf.shape(scores))",
+                "mask = tf.broadcast_to(attention_mask, tf.shape(scores))",
+            )
+        ],
+        ["tf-hidden-masks"],
+        "mask-missing-head-axis",
+    ),
+    B(
+        "multi-head-attention",
+        "bug6",
+        "torch",
+        [
+            (
+                "weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",  # noqa: E501
+                "weights = torch.softmax(scores + mask, dim=-1)",
+            )
+        ],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-added",
+    ),
+    B(
+        "multi-head-attention",
+        "bug7",
+        "tf",
+        [
+            (
+                "v = self.split_heads(tf.matmul(values, self.W_v))",
+                "v = self.split_heads(tf.matmul(values, self.W_k))",
+            )
+        ],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "values-projected-with-W_k",
+    ),
+    B(
+        "multi-head-attention",
+        "bug7",
+        "torch",
+        [
+            (
+                "weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) * mask",  # noqa: E501
+                "weights = torch.softmax(scores * mask, dim=-1)",
+            )
+        ],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-zero-fill",
+    ),
+    B(
+        "multi-head-attention",
+        "bug8",
+        "torch",
+        [("scores = q @ k.transpose(-1, -2)", "scores = q @ k.transpose(1, 2)")],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        says="transpose only the last two axes of the keys",
+    ),
+    B(
+        "multi-head-attention",
+        "bug8",
+        "tf",
+        [("/ math.sqrt(self.d_head)", "/ tf.sqrt(tf.cast(self.d_head, tf.float64))")],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        says="float32 and float64 tensors are mixed",
+    ),
     # ------------------------------------------------------------ builtin-layers
-    B("builtin-layers", "bug1", "tf",
-      [("layer(queries, values, keys,", "layer(queries, keys, values,")],
-      ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
-      "keys-values-swapped"),
-    B("builtin-layers", "bug1", "torch",
-      [("else ~key_mask", "else key_mask")],
-      ["torch-visible", "torch-hidden-masks"], "inverted-mask"),
-    B("builtin-layers", "bug2", "tf",
-      [("else key_mask[:, None, :]", "else tf.logical_not(key_mask)[:, None, :]")],
-      ["tf-visible", "tf-hidden-masks"], "inverted-mask"),
-    B("builtin-layers", "bug2", "torch",
-      [("need_weights=True, average_attn_weights=False)", "need_weights=True)")],
-      ["torch-visible", "torch-hidden-forward", "torch-hidden-masks"],
-      "averaged-weights"),
-    B("builtin-layers", "bug3", "tf",
-      [("else key_mask[:, None, :]", "else key_mask")],
-      ["tf-visible", "tf-hidden-masks"], says="needs a query axis"),
-    B("builtin-layers", "bug3", "torch",
-      [("else ~key_mask", "else (~key_mask).float()")],
-      ["torch-visible", "torch-hidden-masks"], "float-padding-mask-added"),
-    B("builtin-layers", "bug4", "torch",
-      [("key_padding_mask=padding", "attn_mask=padding")],
-      ["torch-visible", "torch-hidden-masks"], says="goes to key_padding_mask"),
+    B(
+        "builtin-layers",
+        "bug1",
+        "tf",
+        [("layer(queries, values, keys,", "layer(queries, keys, values,")],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "keys-values-swapped",
+    ),
+    B(
+        "builtin-layers",
+        "bug1",
+        "torch",
+        [("else ~key_mask", "else key_mask")],
+        ["torch-visible", "torch-hidden-masks"],
+        "inverted-mask",
+    ),
+    B(
+        "builtin-layers",
+        "bug2",
+        "tf",
+        [("else key_mask[:, None, :]", "else tf.logical_not(key_mask)[:, None, :]")],
+        ["tf-visible", "tf-hidden-masks"],
+        "inverted-mask",
+    ),
+    B(
+        "builtin-layers",
+        "bug2",
+        "torch",
+        [("need_weights=True, average_attn_weights=False)", "need_weights=True)")],
+        ["torch-visible", "torch-hidden-forward", "torch-hidden-masks"],
+        "averaged-weights",
+    ),
+    B(
+        "builtin-layers",
+        "bug3",
+        "tf",
+        [("else key_mask[:, None, :]", "else key_mask")],
+        ["tf-visible", "tf-hidden-masks"],
+        says="needs a query axis",
+    ),
+    B(
+        "builtin-layers",
+        "bug3",
+        "torch",
+        [("else ~key_mask", "else (~key_mask).float()")],
+        ["torch-visible", "torch-hidden-masks"],
+        "float-padding-mask-added",
+    ),
+    B(
+        "builtin-layers",
+        "bug4",
+        "torch",
+        [("key_padding_mask=padding", "attn_mask=padding")],
+        ["torch-visible", "torch-hidden-masks"],
+        says="goes to key_padding_mask",
+    ),
 )
 
 
 WARNING_EDITS = {
     "key-value-masking": {
         "tf": [("* tf.cast(mask, scores.dtype)", "* tf.compat.v1.to_float(mask)")],
-        "torch": [("d_k = queries.shape[-1]\n",
-                   "d_k = queries.shape[-1]\n    key_mask = torch.tensor(key_mask)\n")],
+        "torch": [
+            (
+                "d_k = queries.shape[-1]\n",
+                "d_k = queries.shape[-1]\n    key_mask = torch.tensor(key_mask)\n",
+            )
+        ],
     },
 }
 
@@ -389,21 +921,30 @@ def student_solutions(assignment, student) -> dict:
         return solutions_for(assignment, {})
     if student == "warning":
         return solutions_for(assignment, WARNING_EDITS[assignment])
-    edits = {b.part: b.edits for b in BUGS
-             if b.assignment == assignment and b.student == student}
+    edits = {
+        b.part: b.edits
+        for b in BUGS
+        if b.assignment == assignment and b.student == student
+    }
     return solutions_for(assignment, edits)
 
 
 def expected_lost(assignment, student) -> set:
-    return {gid for b in BUGS if b.assignment == assignment and b.student == student
-            for gid in b.lost}
+    return {
+        gid
+        for b in BUGS
+        if b.assignment == assignment and b.student == student
+        for gid in b.lost
+    }
 
 
 def points(assignment) -> dict:
     """grade_id -> points of every test cell of the source notebook."""
-    return {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"]
-            for c in source_notebook(assignment)["cells"]
-            if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+    return {
+        c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"]
+        for c in source_notebook(assignment)["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade")
+    }
 
 
 def run_in_process(assignment, solutions: dict, hidden=True) -> dict:
@@ -446,20 +987,32 @@ def make_course(dest: Path, assignments) -> None:
     """A course copy with these assignments and their submissions."""
     dest.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", dest)
-    shutil.copytree(ROOT / "attncourse", dest / "attncourse",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "grader", dest / "grader",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "attncourse",
+        dest / "attncourse",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    shutil.copytree(
+        ROOT / "grader",
+        dest / "grader",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
     for a in assignments:
-        shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
-                        ignore=shutil.ignore_patterns("grader-errors.log"))
+        shutil.copytree(
+            ROOT / "solutions" / a,
+            dest / "solutions" / a,
+            ignore=shutil.ignore_patterns("grader-errors.log"),
+        )
         release = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")  # the committed one
         students = ["reference", "blank", *STUDENTS]
         if a in WARNING_EDITS:
             students.append("warning")
         for student in students:
-            nb = release if student == "blank" else nbs.submission(
-                release, student_solutions(a, student))
+            nb = (
+                release
+                if student == "blank"
+                else nbs.submission(release, student_solutions(a, student))
+            )
             nbs.write(nb, dest / "submitted" / student / a / f"{a}.ipynb")
 
 
@@ -472,18 +1025,23 @@ def environment(root: Path) -> dict:
     return env
 
 
-
 def copy_course(dest: Path, assignments) -> None:
     """A course copy without submissions: the config, both packages and the
     sources of ``assignments``."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", dest)
     for package in ("attncourse", "grader"):
-        shutil.copytree(ROOT / package, dest / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(
+            ROOT / package,
+            dest / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+        )
     for a in assignments:
-        shutil.copytree(ROOT / "solutions" / a, dest / "solutions" / a,
-                        ignore=shutil.ignore_patterns("grader-errors.log"))
+        shutil.copytree(
+            ROOT / "solutions" / a,
+            dest / "solutions" / a,
+            ignore=shutil.ignore_patterns("grader-errors.log"),
+        )
 
 
 def read_report(root: Path) -> dict:
@@ -505,6 +1063,6 @@ def read_scores(root: Path) -> dict:
             for sub in gb.assignment_submissions(assignment.name):
                 for nb in sub.notebooks:
                     scores[assignment.name, sub.student.id] = {
-                        g.name: g.score for g in nb.grades}
+                        g.name: g.score for g in nb.grades
+                    }
     return scores
-

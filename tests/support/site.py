@@ -17,16 +17,30 @@ def site(tmp_path_factory) -> Path:
     jb = Path(sys.executable).with_name("jupyter-book")
     start = time.perf_counter()
     execute = subprocess.run(
-        [sys.executable, str(ROOT / "book" / "_ext" / "execute_parallel.py"),
-         "--path-output", str(out)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            str(ROOT / "book" / "_ext" / "execute_parallel.py"),
+            "--path-output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
     )
     if execute.returncode != 0:
         pytest.fail(f"executing the chapters failed:\n{execute.stderr[-8000:]}")
     proc = subprocess.run(
-        [str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
-         "--keep-going"],
-        capture_output=True, text=True,
+        [
+            str(jb),
+            "build",
+            str(ROOT),
+            "--path-output",
+            str(out),
+            "-W",
+            "-n",
+            "--keep-going",
+        ],
+        capture_output=True,
+        text=True,
     )
     seconds = time.perf_counter() - start
     html = out / "_build" / "html"

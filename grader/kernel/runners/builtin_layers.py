@@ -21,7 +21,8 @@ D_MODEL, N_Q, N_K, BATCH = 8, 3, 5, 2
 AVERAGED_HINT = (
     "Likely mistake (averaged-weights): torch.nn.MultiheadAttention averages the "
     "heads' weights by default; pass average_attn_weights=False (and "
-    "need_weights=True) to get one map per head, (batch, num_heads, n_q, n_k).")
+    "need_weights=True) to get one map per head, (batch, num_heads, n_q, n_k)."
+)
 
 
 def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -> dict:
@@ -29,8 +30,9 @@ def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -
     fn = lookup(namespace, name)
     heads = int(inputs["num_heads"])
     params = {w: np.array(inputs[w], dtype=np.float64) for w in WEIGHTS + BIASES}
-    t = tensors(framework, inputs, INPUTS + ("key_mask",),
-                variables=INPUTS if gradients else ())
+    t = tensors(
+        framework, inputs, INPUTS + ("key_mask",), variables=INPUTS if gradients else ()
+    )
     mask = t["key_mask"] if bool(inputs["has_mask"]) else None
     what = f"{name}(queries, keys, values, params, num_heads={heads}, key_mask=...)"
     qkv = tuple(t[x] for x in INPUTS)
@@ -41,14 +43,16 @@ def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -
 
     if gradients:
         g = tensors(framework, inputs, ("upstream",))["upstream"]
-        return with_gradients(framework, forward, {x: t[x] for x in INPUTS},
-                              {"outputs": g}, name)
+        return with_gradients(
+            framework, forward, {x: t[x] for x in INPUTS}, {"outputs": g}, name
+        )
     results = numpy_results(forward(), name)
     w = results["weights"]
     if framework == "torch" and w.shape == (BATCH, N_Q, N_K):
         raise GradingError(
             f"{name}: weights have shape {w.shape}, expected (batch, num_heads, "
-            f"n_q, n_k) = {(BATCH, heads, N_Q, N_K)}.\n{AVERAGED_HINT}")
+            f"n_q, n_k) = {(BATCH, heads, N_Q, N_K)}.\n{AVERAGED_HINT}"
+        )
     return results
 
 

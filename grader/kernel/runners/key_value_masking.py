@@ -13,29 +13,40 @@ MASK_TARGETS = {"tf": "padding_mask_tf", "torch": "padding_mask_torch"}
 ATTN_TARGETS = {"tf": "masked_attention_tf", "torch": "masked_attention_torch"}
 
 
-def run_mask(framework: str, namespace: dict, inputs: dict,
-             gradients: bool = False) -> dict:
+def run_mask(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = False
+) -> dict:
     name = MASK_TARGETS[framework]
     fn = lookup(namespace, name)
     ids = tensors(framework, inputs, ("token_ids",))["token_ids"]
-    out = call_and_unpack(f"{name}(token_ids, pad_id)", fn,
-                          (ids, int(inputs["pad_id"])), {}, ("mask",))
+    out = call_and_unpack(
+        f"{name}(token_ids, pad_id)", fn, (ids, int(inputs["pad_id"])), {}, ("mask",)
+    )
     return numpy_results(out, name)
 
 
-def run_attention(framework: str, namespace: dict, inputs: dict,
-                  gradients: bool = True) -> dict:
+def run_attention(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = True
+) -> dict:
     name = ATTN_TARGETS[framework]
     fn = lookup(namespace, name)
-    t = tensors(framework, inputs, ("queries", "keys", "values", "key_mask"),
-                variables=("queries", "values"))
+    t = tensors(
+        framework,
+        inputs,
+        ("queries", "keys", "values", "key_mask"),
+        variables=("queries", "values"),
+    )
     g = tensors(framework, inputs, ("upstream",))["upstream"]
     what = f"{name}(queries, keys, values, key_mask)"
 
     def forward():
         return call_and_unpack(
-            what, fn, (t["queries"], t["keys"], t["values"], t["key_mask"]), {},
-            ("outputs", "weights"))
+            what,
+            fn,
+            (t["queries"], t["keys"], t["values"], t["key_mask"]),
+            {},
+            ("outputs", "weights"),
+        )
 
     if not gradients:
         return numpy_results(forward(), name)

@@ -21,14 +21,16 @@ def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -
     heads = int(inputs["num_heads"])
     t = tensors(framework, inputs, ("queries", "keys", "values", "attention_mask"))
     mask = t["attention_mask"] if bool(inputs["has_mask"]) else None
-    layer = call_student(f"{name}(num_heads={heads}, d_model={D_MODEL})", cls,
-                         heads, D_MODEL)
+    layer = call_student(
+        f"{name}(num_heads={heads}, d_model={D_MODEL})", cls, heads, D_MODEL
+    )
     qkv = (t["queries"], t["keys"], t["values"])
     if framework == "tf":
         call_student(f"{name}(...)(queries, keys, values) (first call)", layer, *qkv)
     variables = inject_weights(framework, layer, {w: inputs[w] for w in WEIGHTS}, name)
-    what = (f"{name}(...)(queries, keys, values, attention_mask=..., "
-            f"return_weights=True)")
+    what = (
+        f"{name}(...)(queries, keys, values, attention_mask=..., return_weights=True)"
+    )
     out = call_student(what, layer, *qkv, attention_mask=mask, return_weights=True)
     results = numpy_results(unpack(out, ("outputs", "weights"), what), name)
     if not gradients:

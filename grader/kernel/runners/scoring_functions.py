@@ -23,15 +23,16 @@ def targets(kind: str) -> dict:
 def _runner(kind):
     base, arg_names = FUNCTIONS[kind]
 
-    def run(framework: str, namespace: dict, inputs: dict,
-            gradients: bool = False) -> dict:
+    def run(
+        framework: str, namespace: dict, inputs: dict, gradients: bool = False
+    ) -> dict:
         name = f"{base}_{framework}"
         fn = lookup(namespace, name)
         t = tensors(framework, inputs, arg_names)
         what = f"{name}({', '.join(arg_names)})"
-        out = call_and_unpack(what, fn, tuple(t[n] for n in arg_names), {},
-                              ("scores",))
+        out = call_and_unpack(what, fn, tuple(t[n] for n in arg_names), {}, ("scores",))
         return numpy_results(out, name)
+
     return run
 
 

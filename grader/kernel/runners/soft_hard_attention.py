@@ -15,19 +15,26 @@ TARGETS = {"tf": "sample_hard_attention_tf", "torch": "sample_hard_attention_tor
 def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -> dict:
     name = TARGETS[framework]
     fn = lookup(namespace, name)
-    t = tensors(framework, inputs, ("scores", "values", "uniforms"),
-                variables=("scores",))
+    t = tensors(
+        framework, inputs, ("scores", "values", "uniforms"), variables=("scores",)
+    )
     g = tensors(framework, inputs, ("upstream",))["upstream"]
     what = f"{name}(scores, values, uniforms)"
 
     def forward():
-        return call_and_unpack(what, fn, (t["scores"], t["values"], t["uniforms"]),
-                               {}, ("outputs", "indices", "log_probs"))
+        return call_and_unpack(
+            what,
+            fn,
+            (t["scores"], t["values"], t["uniforms"]),
+            {},
+            ("outputs", "indices", "log_probs"),
+        )
 
     if not gradients:
         return numpy_results(forward(), name)
-    return with_gradients(framework, forward, {"scores": t["scores"]},
-                          {"log_probs": g}, name)
+    return with_gradients(
+        framework, forward, {"scores": t["scores"]}, {"log_probs": g}, name
+    )
 
 
 RUNS = {
