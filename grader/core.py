@@ -247,6 +247,74 @@ def _label(key: str) -> str:
     return f"gradients w.r.t. {key[5:]}" if key.startswith("grad_") else key
 
 
+def _missing(who: str, key: str, framework: str, where: str) -> GradingError:
+    """A result or gradient that the student's code did not produce."""
+    if key.startswith("grad_"):
+        name = key.removeprefix("grad_")
+        return GradingError(
+            f"{who}: no gradient reaches {name} ({where}).\nLikely mistake "
+            f"(no-gradient): the computation leaves the framework (NumPy, "
+            f".numpy(), float(), detach/stop_gradient) or {name} is not a "
+            f"trainable weight; keep every step in "
+            f"{'TensorFlow' if framework == 'tf' else 'PyTorch'} operations."
+        )
+    return GradingError(f"{who} returned no {key} ({where})")
+
+
+def _wrong_shape(who: str, key: str, obs, exp, where: str) -> GradingError:
+    msg = (
+        f"{who}: {_label(key)} have shape {obs.shape}, expected {exp.shape} ({where})."
+    )
+    if obs.ndim >= 2 and obs.shape[:-2] + obs.shape[-2:][::-1] == exp.shape:
+        msg += (
+            "\nLikely mistake (swapped-axes): the last two axes are "
+            "swapped -- queries index the rows, keys the columns."
+        )
+    return GradingError(msg)
+
+
+def _not_finite(check, who, key, obs, where, variant) -> GradingError:
+    axes = _axes(key, obs.ndim)
+    spots = _where(~np.isfinite(obs), axes) if axes else []
+    msg = (
+        f"{who}: {_label(key)} contain NaN or inf ({where}): "
+        f"{int(np.sum(~np.isfinite(obs)))} of {obs.size} entries"
+        + (f", {'; '.join(spots)}" if spots else "")
+        + "."
+    )
+    if variant is not None:
+        msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
+    elif check.nan_hint:
+        msg += f"\n{check.nan_hint}"
+    return GradingError(msg)
+
+
+def _mismatch(check, who, key, obs, exp, inputs, where, variant) -> GradingError:
+    """Values differ: the likely mistake if one matches, else what differs."""
+    shown = obs.astype(exp.dtype) if exp.dtype.kind in "biu" else obs
+    msg = (
+        f"{who}: {_label(key)} do not match the reference ({where}): "
+        f"{_describe_difference(shown, exp, key)}."
+    )
+    if variant is not None:
+        msg += f"\nLikely mistake ({variant.tag}): {variant.hint}"
+    elif key.startswith("grad_") and not np.any(obs):
+        msg += (
+            "\nLikely mistake (no-gradient): the gradient is zero -- part of "
+            "the computation is cut off from autodiff."
+        )
+    else:
+        facts = _facts(check, key, shown, exp, inputs)
+        if facts:
+            msg += "\nWhat differs: " + "; ".join(facts) + "."
+        if check.reminder:
+            msg += (
+                "\nNo known mistake matches. Check against the interface: "
+                + check.reminder
+            )
+    return GradingError(msg)
+
+
 def verdict(
     check: Check,
     framework: str,
@@ -261,32 +329,24 @@ def verdict(
     where = f'case "{case}"' + (f" ({note})" if note else "")
     for key in check.compare:
         exp = np.asarray(expected[key])
-        obs = observed.get(key)
-        if obs is None:
-            if key.startswith("grad_"):
-                name = key.removeprefix("grad_")
-                raise GradingError(
-                    f"{who}: no gradient reaches {name} ({where}).\nLikely mistake "
-                    f"(no-gradient): the computation leaves the framework (NumPy, "
-                    f".numpy(), float(), detach/stop_gradient) or {name} is not a "
-                    f"trainable weight; keep every step in "
-                    f"{'TensorFlow' if framework == 'tf' else 'PyTorch'} operations."
-                )
-            raise GradingError(f"{who} returned no {key} ({where})")
-        obs = np.asarray(obs)
+        if observed.get(key) is None:
+            raise _missing(who, key, framework, where)
+        obs = np.asarray(observed[key])
         if obs.shape != exp.shape and obs.size == exp.size == 1:
             obs = obs.reshape(exp.shape)
         if obs.shape != exp.shape:
-            msg = (
-                f"{who}: {_label(key)} have shape {obs.shape}, expected {exp.shape} "
-                f"({where})."
+            raise _wrong_shape(who, key, obs, exp, where)
+        if exp.dtype.kind == "b" and obs.dtype.kind != "b":
+            raise GradingError(
+                f"{who}: {_label(key)} must be boolean (True = "
+                f"attend), got dtype {obs.dtype} ({where})"
             )
-            if obs.ndim >= 2 and obs.shape[:-2] + obs.shape[-2:][::-1] == exp.shape:
-                msg += (
-                    "\nLikely mistake (swapped-axes): the last two axes are "
-                    "swapped -- queries index the rows, keys the columns."
-                )
-            raise GradingError(msg)
+        if obs.dtype.kind == "f" and not np.all(np.isfinite(obs)):
+            variant = diagnose(check, case, inputs, observed)
+            raise _not_finite(check, who, key, obs, where, variant)
+        if not _close(obs, exp, key):
+            variant = diagnose(check, case, inputs, observed)
+            raise _mismatch(check, who, key, obs, exp, inputs, where, variant)
         if exp.dtype.kind == "b" and obs.dtype.kind != "b":
             raise GradingError(
                 f"{who}: {_label(key)} must be boolean (True = "

@@ -160,7 +160,7 @@ def withhold_leaks(root: Path, state: Path, finish: dict) -> list[str]:
     return problems
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "assignments",
@@ -206,31 +206,26 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
-    steps: dict[str, float] = {}
+    if args.total_memory is not None and args.total_memory < 0:
+        parser.error(f"--total-memory must be 0 or more, got {args.total_memory}")
+    return args
+
+
+class Steps(dict):
+    """Seconds per step of the run (summed when a step repeats)."""
 
     @contextlib.contextmanager
-    def step(name):
+    def __call__(self, name):
         began = time.monotonic()
         try:
             yield
         finally:
-            steps[name] = round(steps.get(name, 0) + time.monotonic() - began, 2)
+            self[name] = round(self.get(name, 0) + time.monotonic() - began, 2)
 
-    root = args.root.resolve()
-    os.environ["GRADER_GRADE_ALL"] = "1"  # inherited by nbgrader
-    os.environ.update(parallel.kernel_env())  # one thread per student kernel
-    settings = course_config(root)
-    state = Path(settings["state_dir"])
-    try:  # held until this process ends
-        course_lock = parallel.hold_course_lock(state)  # noqa: F841
-    except parallel.CourseBusy as exc:
-        print(
-            f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
-            f"finished.\n{BANNER}",
-            flush=True,
-        )
-        return 2
 
+def limit_overrides(args, settings: dict) -> list[str]:
+    """nbgrader options for the limits given on the command line (and the
+    settings the report prints, updated to match)."""
     overrides = []
     if args.cell_timeout:
         overrides.append(f"--Execute.timeout={args.cell_timeout}")
@@ -242,8 +237,6 @@ def main(argv=None) -> int:
         settings["memory"] = int(args.memory * sandbox.GiB)
         overrides.append(f"--SandboxedKernelManager.memory_limit={settings['memory']}")
     if args.total_memory is not None:
-        if args.total_memory < 0:
-            parser.error(f"--total-memory must be 0 or more, got {args.total_memory}")
         settings["total_memory"] = int(args.total_memory * sandbox.GiB)
         overrides.append(
             f"--SandboxedKernelManager.total_memory_limit={settings['total_memory']}"
@@ -253,6 +246,12 @@ def main(argv=None) -> int:
         overrides.append(f"--SandboxedKernelManager.process_limit={args.processes}")
     if args.no_sandbox:
         overrides.append("--SandboxedKernelManager.sandbox=False")
+    return overrides
+
+
+def sandbox_ready(args, settings: dict) -> bool:
+    """Say how student kernels will run; False if they cannot be sandboxed."""
+    if args.no_sandbox:
         print(
             f"{BANNER}\nWARNING: --no-sandbox: student code runs as "
             f"{os.environ.get('USER', 'this user')}, with network access, and can "
@@ -260,71 +259,45 @@ def main(argv=None) -> int:
             f"flagged 'unsandboxed'. Use only for trusted submissions.\n{BANNER}",
             flush=True,
         )
-    else:
-        problem = sandbox.check_available(sandbox.Limits(memory=settings["memory"]))
-        if problem:
-            print(
-                f"{BANNER}\nERROR: cannot sandbox student kernels: {problem}\n"
-                f"Nothing was graded.\n{BANNER}",
-                flush=True,
-            )
-            return 2
+        return True
+    problem = sandbox.check_available(sandbox.Limits(memory=settings["memory"]))
+    if problem:
         print(
-            "sandbox: bubblewrap OK (no network, read-only system, no course "
-            "files, limits per kernel)",
+            f"{BANNER}\nERROR: cannot sandbox student kernels: {problem}\n"
+            f"Nothing was graded.\n{BANNER}",
             flush=True,
         )
+        return False
+    print(
+        "sandbox: bubblewrap OK (no network, read-only system, no course "
+        "files, limits per kernel)",
+        flush=True,
+    )
+    return True
 
-    began = time.monotonic()
-    present = args.assignments or assignments_in(root)
-    with step("check references"):
-        if references.main(
-            ["--check", "--no-crosscheck", "--root", str(root), *present]
-        ):
-            return 1
-    todo = [a for a in present if submitted(root, a)]
-    if not todo:
-        print("no submissions found under submitted/<student>/<assignment>/")
-        return 1
-    force = ["--force"] if args.force else []
-    for assignment in todo:
-        print(f"== {assignment}: {', '.join(submitted(root, assignment))}")
-    # one nbgrader process per step: "*" covers every assignment at once
-    batch = ["*"] if not args.assignments else todo
-    db, course = settings["db_url"], settings["course_id"]
-    with step("generate"), parallel.gradebook_lock(db):
-        for assignment in batch:
-            nbgrader(root, "generate_assignment", assignment, "--force")
 
-    students = set(args.students.split(",")) if args.students else None
-    with step("stage"):
-        staged = staging.stage(root, state, todo, students)
-    # autograde accepts only this run's staged copies (grader.entry)
-    os.environ[staging.RUN_ENV] = staged[0].run if staged else ""
-    ungradable = [s for s in staged if s.notebook is None]
-    for s in ungradable:
-        events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
-    with parallel.gradebook_lock(db):
-        parallel.ensure_students(db, course, {s.student for s in staged})
-    gradable = [s for s in staged if s.notebook is not None]
-    with step("autograde"):
-        if gradable and args.workers > 1:
-            parallel.run_workers(
-                root, state, gradable, batch, args.workers, [*force, *overrides]
-            )
-        elif gradable:
-            staged_dir = str(state / "staged")
-            for assignment in batch:
-                nbgrader(
-                    root,
-                    "autograde",
-                    assignment,
-                    f"--CourseDirectory.submitted_directory={staged_dir}",
-                    *force,
-                    *overrides,
-                    check=False,
-                )
+def autograde(root, state, gradable, batch, workers: int, options: list) -> None:
+    """nbgrader autograde on the staged copies: one process, or ``workers``."""
+    if not gradable:
+        return
+    if workers > 1:
+        parallel.run_workers(root, state, gradable, batch, workers, options)
+        return
+    staged_dir = str(state / "staged")
+    for assignment in batch:
+        nbgrader(
+            root,
+            "autograde",
+            assignment,
+            f"--CourseDirectory.submitted_directory={staged_dir}",
+            *options,
+            check=False,
+        )
 
+
+def finish_submissions(root, state, staged, db, course) -> dict:
+    """A gradebook row for every staged submission: what nbgrader could not
+    grade (or never saw) gets zeros and a feedback page that says why."""
     finish = {}
     for s in staged:
         ev = finish[s.assignment, s.student] = events.Events(
@@ -345,18 +318,11 @@ def main(argv=None) -> int:
             )
             feedback_note(root, s.student, s.assignment, s.events.notes + ev.notes)
         ev.save()
+    return finish
 
-    with step("feedback"):
-        for assignment in batch:
-            nbgrader(root, "generate_feedback", assignment, *force)
-    with step("leak scan"):
-        problems = withhold_leaks(root, state, finish)
-    for p in problems:
-        print("LEAK:", p)
-    with step("export"):
-        nbgrader(root, "export", "--to", args.to)
-    print(f"grades written to {root / args.to}")
 
+def write_report(args, root, state, settings, staged, steps) -> dict:
+    """The report files and the table at the end of the run."""
     limits = {
         "cell": f"{settings['cell_timeout']} s",
         "notebook": f"{settings['notebook_timeout']} s",
@@ -365,15 +331,14 @@ def main(argv=None) -> int:
         "processes": settings["processes"],
     }
     result = report.build(
-        db,
-        course,
+        settings["db_url"],
+        settings["course_id"],
         state,
         [(s.assignment, s.student) for s in staged],
         sandboxed=not args.no_sandbox,
         limits=limits,
     )
-    steps["total"] = round(time.monotonic() - began, 2)
-    result["workers"], result["steps"] = args.workers, steps
+    result["workers"], result["steps"] = args.workers, dict(steps)
     json_path, md_path = report.write(result, root / args.report)
     print()
     print(report.table(result))
@@ -385,6 +350,78 @@ def main(argv=None) -> int:
             f"{', '.join(r['student'] + '/' + r['assignment'] for r in withheld)}"
             f"; the rest of feedback/ may be released"
         )
+    return result
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    steps = Steps()
+    root = args.root.resolve()
+    os.environ["GRADER_GRADE_ALL"] = "1"  # inherited by nbgrader
+    os.environ.update(parallel.kernel_env())  # one thread per student kernel
+    settings = course_config(root)
+    state = Path(settings["state_dir"])
+    try:  # held until this process ends
+        course_lock = parallel.hold_course_lock(state)  # noqa: F841
+    except parallel.CourseBusy as exc:
+        print(
+            f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
+            f"finished.\n{BANNER}",
+            flush=True,
+        )
+        return 2
+    overrides = limit_overrides(args, settings)
+    if not sandbox_ready(args, settings):
+        return 2
+
+    began = time.monotonic()
+    present = args.assignments or assignments_in(root)
+    with steps("check references"):
+        if references.main(
+            ["--check", "--no-crosscheck", "--root", str(root), *present]
+        ):
+            return 1
+    todo = [a for a in present if submitted(root, a)]
+    if not todo:
+        print("no submissions found under submitted/<student>/<assignment>/")
+        return 1
+    for assignment in todo:
+        print(f"== {assignment}: {', '.join(submitted(root, assignment))}")
+    # one nbgrader process per step: "*" covers every assignment at once
+    batch = ["*"] if not args.assignments else todo
+    db, course = settings["db_url"], settings["course_id"]
+    force = ["--force"] if args.force else []
+    with steps("generate"), parallel.gradebook_lock(db):
+        for assignment in batch:
+            nbgrader(root, "generate_assignment", assignment, "--force")
+
+    students = set(args.students.split(",")) if args.students else None
+    with steps("stage"):
+        staged = staging.stage(root, state, todo, students)
+    # autograde accepts only this run's staged copies (grader.entry)
+    os.environ[staging.RUN_ENV] = staged[0].run if staged else ""
+    for s in staged:
+        if s.notebook is None:
+            events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
+    with parallel.gradebook_lock(db):
+        parallel.ensure_students(db, course, {s.student for s in staged})
+    gradable = [s for s in staged if s.notebook is not None]
+    with steps("autograde"):
+        autograde(root, state, gradable, batch, args.workers, [*force, *overrides])
+    finish = finish_submissions(root, state, staged, db, course)
+
+    with steps("feedback"):
+        for assignment in batch:
+            nbgrader(root, "generate_feedback", assignment, *force)
+    with steps("leak scan"):
+        problems = withhold_leaks(root, state, finish)
+    for p in problems:
+        print("LEAK:", p)
+    with steps("export"):
+        nbgrader(root, "export", "--to", args.to)
+    print(f"grades written to {root / args.to}")
+    steps["total"] = round(time.monotonic() - began, 2)
+    write_report(args, root, state, settings, staged, steps)
     if problems:
         print(
             f"{BANNER}\nLEAKS outside any one student's feedback (above): do NOT "

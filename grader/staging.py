@@ -499,12 +499,10 @@ def _new_cell(cell, source=None, metadata=None, cell_id=None):
     return new
 
 
-def rebuild(nb, template, ev) -> tuple[object, list[str]]:
-    """The release's cells with the student's solutions and extra cells; the
-    student-written code (for the scan)."""
-    skeleton = [c for c in template.cells if gid(c)]
-    order = [gid(c) for c in skeleton]
-    kinds = {gid(c): nbgrader_meta(c) for c in skeleton}
+def _sort_student_cells(nb, kinds: dict, ev):
+    """The student's cells: ``mine`` (first cell per nbgrader id), the extra
+    cells keyed by the id they follow, the ids in the student's order, and the
+    code of the extra cells."""
     mine, extras, seen, extra_code = {}, {None: []}, [], []
     anchor = None
     for cell in nb.cells:
@@ -515,11 +513,11 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
             seen.append(g)
             continue
         if g in kinds:
-            what = "solution" if kinds[g].get("solution") else "test/locked"
-            if what != "solution":
+            if not kinds[g].get("solution"):
                 ev.flag(
                     "edited-tests",
-                    f"{what} cell {g} is duplicated; the copy runs as an ordinary cell",
+                    f"test/locked cell {g} is duplicated; the copy runs as an "
+                    f"ordinary cell",
                 )
         elif g:
             ev.flag(
@@ -532,46 +530,51 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
         extras.setdefault(anchor, []).append(extra)
         if extra.cell_type == "code":
             extra_code.append(text(extra.source))
-    if seen != [g for g in order if g in seen]:
-        ev.flag("edited-tests", "cells were moved; graded in the release's order")
-    out, code = list(extras[None]), list(extra_code)
-    for t in skeleton:
-        g = gid(t)
-        meta = kinds[g]
-        if meta.get("solution"):
-            if g in mine:
-                src = text(mine[g].get("source"))
-            else:
-                src = text(t.source)
-                ev.note(f"solution cell {g} was deleted: graded as not implemented")
-            out.append(
-                _new_cell(t, source=src, metadata=t.metadata, cell_id=t.get("id"))
-            )
-            code.append(src)
-        else:
-            if g not in mine:
-                if meta.get("grade"):
-                    ev.flag("edited-tests", f"test cell {g} was deleted; restored")
-            elif text(mine[g].get("source")).strip() != text(t.source).strip() and (
-                meta.get("grade") or t.cell_type == "code"
-            ):
-                ev.flag(
-                    "edited-tests",
-                    f"{'test' if meta.get('grade') else 'locked'} "
-                    f"cell {g} was edited; the original was graded",
-                )
-            elif g in mine and {
-                k: v for k, v in nbgrader_meta(mine[g]).items() if k != "checksum"
-            } != {k: v for k, v in meta.items() if k != "checksum"}:
-                ev.flag(
-                    "edited-tests",
-                    f"the nbgrader metadata of {g} was changed; the release's was used",
-                )
-            out.append(_new_cell(t, metadata=t.metadata, cell_id=t.get("id")))
-        out.extend(extras.get(g, []))
-    # unique, valid ids (template ids first)
+    return mine, extras, seen, extra_code
+
+
+def _without_checksum(meta: dict) -> dict:
+    return {k: v for k, v in meta.items() if k != "checksum"}
+
+
+def _released_cell(t, mine: dict, ev):
+    """A test or locked cell as released; the student's changes flagged."""
+    g, meta = gid(t), nbgrader_meta(t)
+    if g not in mine:
+        if meta.get("grade"):
+            ev.flag("edited-tests", f"test cell {g} was deleted; restored")
+    elif text(mine[g].get("source")).strip() != text(t.source).strip() and (
+        meta.get("grade") or t.cell_type == "code"
+    ):
+        ev.flag(
+            "edited-tests",
+            f"{'test' if meta.get('grade') else 'locked'} "
+            f"cell {g} was edited; the original was graded",
+        )
+    elif _without_checksum(nbgrader_meta(mine[g])) != _without_checksum(meta):
+        ev.flag(
+            "edited-tests",
+            f"the nbgrader metadata of {g} was changed; the release's was used",
+        )
+    return _new_cell(t, metadata=t.metadata, cell_id=t.get("id"))
+
+
+def _solution_cell(t, mine: dict, ev):
+    """The student's solution in the released cell (the release's stub if the
+    student deleted it); returns (cell, source)."""
+    g = gid(t)
+    if g in mine:
+        src = text(mine[g].get("source"))
+    else:
+        src = text(t.source)
+        ev.note(f"solution cell {g} was deleted: graded as not implemented")
+    return _new_cell(t, source=src, metadata=t.metadata, cell_id=t.get("id")), src
+
+
+def _unique_ids(cells) -> None:
+    """Unique, valid cell ids (the release's first)."""
     seen_ids = set()
-    for cell in out:
+    for cell in cells:
         cid = cell.get("id")
         if not cid or not CELL_ID.match(cid) or cid in seen_ids:
             cid = uuid.uuid4().hex[:8]
@@ -579,6 +582,26 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
                 cid = uuid.uuid4().hex[:8]
             cell["id"] = cid
         seen_ids.add(cid)
+
+
+def rebuild(nb, template, ev) -> tuple[object, list[str]]:
+    """The release's cells with the student's solutions and extra cells; the
+    student-written code (for the scan)."""
+    skeleton = [c for c in template.cells if gid(c)]
+    kinds = {gid(c): nbgrader_meta(c) for c in skeleton}
+    mine, extras, seen, extra_code = _sort_student_cells(nb, kinds, ev)
+    if seen != [gid(c) for c in skeleton if gid(c) in seen]:
+        ev.flag("edited-tests", "cells were moved; graded in the release's order")
+    out, code = list(extras[None]), list(extra_code)
+    for t in skeleton:
+        if kinds[gid(t)].get("solution"):
+            cell, src = _solution_cell(t, mine, ev)
+            out.append(cell)
+            code.append(src)
+        else:
+            out.append(_released_cell(t, mine, ev))
+        out.extend(extras.get(gid(t), []))
+    _unique_ids(out)
     result = nbformat.v4.new_notebook(
         cells=out, metadata=copy.deepcopy(template.metadata)
     )
@@ -627,13 +650,12 @@ def stage_one(
         os.close(fd)
 
 
-def _stage_fd(
-    fd: int, folder: Path, dest: Path, assignment: str, templates: dict, ev
-) -> Path | None:
+def _inventory(fd: int, assignment: str) -> tuple[list, list]:
+    """Every entry of the submission folder (bounded), plus the names that
+    matter looked up directly, whatever the bounds cut."""
     entries, skipped = tree(fd)
-    expected = f"{assignment}.ipynb"
     device = os.fstat(fd).st_dev
-    for name in (expected, TIMESTAMP, SECRET):  # found whatever the bounds cut
+    for name in (f"{assignment}.ipynb", TIMESTAMP, SECRET):
         if not any(e.parts == (name,) for e in entries):
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -642,26 +664,35 @@ def _stage_fd(
             entries.append(Entry((name,), _kind(st, device), st.st_size, st.st_mtime))
             if entries[-1].kind == "link":
                 entries[-1].target = os.readlink(name, dir_fd=fd)
-    refused = [e for e in entries if e.kind in ("link", "mount", "special")]
-    if refused:
-        what = {
-            "link": "a symbolic link",
-            "mount": "a mount point",
-            "special": "not a regular file",
-        }
-        ev.flag(
-            "link",
-            "never opened or copied: "
-            + "; ".join(
-                f"{e.show()} ({what[e.kind]}"
-                + (f" to {shown(e.target)}" if e.target else "")
-                + ")"
-                for e in refused[:10]
-            )
-            + (f"; and {len(refused) - 10} more" if len(refused) > 10 else ""),
-        )
-    notebooks, others = _candidates(entries)
-    template = templates[assignment]
+    return entries, skipped
+
+
+REFUSED = {
+    "link": "a symbolic link",
+    "mount": "a mount point",
+    "special": "not a regular file",
+}
+
+
+def _flag_refused(entries, ev) -> None:
+    """Links, mount points and special files: named, never opened."""
+    refused = [e for e in entries if e.kind in REFUSED]
+    if not refused:
+        return
+    listed = "; ".join(
+        f"{e.show()} ({REFUSED[e.kind]}"
+        + (f" to {shown(e.target)}" if e.target else "")
+        + ")"
+        for e in refused[:10]
+    )
+    more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
+    ev.flag("link", f"never opened or copied: {listed}{more}")
+
+
+def _choose_notebook(fd, entries, notebooks, template, expected, ev):
+    """The notebook to grade: ``expected`` if it is there, else the one most
+    like the assignment (flag ``renamed``); None, and False if ``expected``
+    is a link or not a file (not graded)."""
     given = next((e for e in entries if e.parts == (expected,)), None)
     if given is not None and given.kind != "file":
         ev.flag(
@@ -671,53 +702,46 @@ def _stage_fd(
             f"{' (to ' + shown(given.target) + ')' if given.target else ''}; "
             f"not graded",
         )
-        return None
+        return False
     if given is not None:
-        chosen = given
-    elif notebooks:
-
-        def score(e):
-            nb = _read_notebook(fd, e.parts, _Quiet())
-            return (affinity(nb, template) if nb else -1, e.mtime)
-
-        chosen = max(notebooks[:MAX_CANDIDATES], key=score)
-        ev.flag("renamed", f"no {expected}; graded {chosen.show()}")
-    else:
-        chosen = None
-    rest = [e for e in notebooks if e is not chosen] + others
-    if rest or skipped:
-        names = ", ".join(e.show() for e in rest[:10])
-        if len(rest) > 10:
-            names += f" and {len(rest) - 10} more"
-        ev.flag(
-            "extra-files",
-            "; ".join(
-                x
-                for x in [
-                    f"not given to the kernel: {names}" if rest else "",
-                    *(f"not looked at: {s}" for s in skipped),
-                ]
-                if x
-            ),
-        )
-        shadow = [e.show() for e in others if len(e.parts) == 1 and shadows(e.name)]
-        if shadow:
-            ev.flag("shadowing", f"named like importable modules: {', '.join(shadow)}")
-    if chosen is None:
-        ev.flag(
-            "missing", f"no notebook in {shown(folder.name)}/ (expected {expected})"
-        )
+        return given
+    if not notebooks:
         return None
-    nb = _read_notebook(fd, chosen.parts, ev)
-    if nb is None:
-        return None
+
+    def score(e):
+        nb = _read_notebook(fd, e.parts, _Quiet())
+        return (affinity(nb, template) if nb else -1, e.mtime)
+
+    chosen = max(notebooks[:MAX_CANDIDATES], key=score)
+    ev.flag("renamed", f"no {expected}; graded {chosen.show()}")
+    return chosen
+
+
+def _flag_extras(rest, others, skipped, ev) -> None:
+    """Files that are not the graded notebook: never given to the kernel."""
+    if not (rest or skipped):
+        return
+    names = ", ".join(e.show() for e in rest[:10])
+    if len(rest) > 10:
+        names += f" and {len(rest) - 10} more"
+    parts = [f"not given to the kernel: {names}" if rest else ""]
+    parts += [f"not looked at: {s}" for s in skipped]
+    ev.flag("extra-files", "; ".join(x for x in parts if x))
+    shadow = [e.show() for e in others if len(e.parts) == 1 and shadows(e.name)]
+    if shadow:
+        ev.flag("shadowing", f"named like importable modules: {', '.join(shadow)}")
+
+
+def _is_this_assignment(nb, chosen, templates, assignment, ev) -> bool:
+    """False (flag ``wrong-assignment``) for another assignment's notebook."""
+    template = templates[assignment]
     best = max(templates, key=lambda a: (affinity(nb, templates[a]), a == assignment))
     if best != assignment and affinity(nb, templates[best]) > affinity(nb, template):
         ev.flag(
             "wrong-assignment",
             f"{chosen.show()} is the notebook of {best!r}, not {assignment!r}",
         )
-        return None
+        return False
     if foreign(nb, template) > affinity(nb, template):
         guess = guess_assignment(nb)
         ev.flag(
@@ -728,6 +752,49 @@ def _stage_fd(
             + f": {foreign(nb, template)} of its instructor cells are not "
             f"{assignment!r}'s, {affinity(nb, template)} are",
         )
+        return False
+    return True
+
+
+def _write_staged(fd, entries, staged, dest: Path, assignment: str, ev) -> Path:
+    """The staged notebook, plus nbgrader's timestamp and exchange secret
+    (regular files only: a link was flagged and is not copied)."""
+    nbformat.validate(staged)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{assignment}.ipynb"
+    nbformat.write(staged, str(path))
+    for name in (TIMESTAMP, SECRET):
+        entry = next((e for e in entries if e.parts == (name,)), None)
+        if entry is None or entry.kind != "file":
+            continue
+        try:
+            (dest / name).write_bytes(read_at(fd, (name,), MAX_SMALL_BYTES))
+        except OSError as exc:
+            ev.note(f"{name} was not copied ({exc.strerror})")
+    return path
+
+
+def _stage_fd(
+    fd: int, folder: Path, dest: Path, assignment: str, templates: dict, ev
+) -> Path | None:
+    expected = f"{assignment}.ipynb"
+    template = templates[assignment]
+    entries, skipped = _inventory(fd, assignment)
+    _flag_refused(entries, ev)
+    notebooks, others = _candidates(entries)
+    chosen = _choose_notebook(fd, entries, notebooks, template, expected, ev)
+    if chosen is False:
+        return None
+    _flag_extras(
+        [e for e in notebooks if e is not chosen] + others, others, skipped, ev
+    )
+    if chosen is None:
+        ev.flag(
+            "missing", f"no notebook in {shown(folder.name)}/ (expected {expected})"
+        )
+        return None
+    nb = _read_notebook(fd, chosen.parts, ev)
+    if nb is None or not _is_this_assignment(nb, chosen, templates, assignment, ev):
         return None
     kernel = (nb.metadata.get("kernelspec") or {}).get("name")
     expected_kernel = (template.metadata.get("kernelspec") or {}).get("name")
@@ -741,19 +808,7 @@ def _stage_fd(
     if found:
         ev.flag("suspicious", "; ".join(found))
     check_provenance(staged, template, assignment, ev)
-    nbformat.validate(staged)
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{assignment}.ipynb"
-    nbformat.write(staged, str(path))
-    for name in (TIMESTAMP, SECRET):
-        entry = next((e for e in entries if e.parts == (name,)), None)
-        if entry is None or entry.kind != "file":
-            continue  # a link was flagged above and is not copied
-        try:
-            (dest / name).write_bytes(read_at(fd, (name,), MAX_SMALL_BYTES))
-        except OSError as exc:
-            ev.note(f"{name} was not copied ({exc.strerror})")
-    return path
+    return _write_staged(fd, entries, staged, dest, assignment, ev)
 
 
 def _student_cells(nb) -> list[tuple[str, str]]:
