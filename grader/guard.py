@@ -103,6 +103,9 @@ def label(cell, index: int) -> str:
     return gid or f"cell {index + 1}"
 
 
+MIN_OUTPUT = 100  # characters charged for any output (so <= 1 000 per cell)
+
+
 def _size(content) -> int:
     """Characters of a message's content (or an output), whatever its form."""
     if not isinstance(content, dict):
@@ -538,6 +541,7 @@ class GuardedExecute(Execute):
             "observations": [],
             "reports": [],
             "cleared": 0,
+            "cleared_after_result": 0,
             "updates": 0,
             "comms": 0,
             "ours_updates": 0,
@@ -639,6 +643,8 @@ class GuardedExecute(Execute):
                 tag = f"update ({tag})"
         elif kind == "clear_output":
             entry["cleared"] += 1
+            if entry["observations"]:  # a clear before the result cannot replace it
+                entry["cleared_after_result"] += 1
         if len(entry["order"]) < MAX_LOGGED:
             entry["order"].append(str(tag))
         if kind not in CONTENT:
@@ -712,7 +718,8 @@ class GuardedExecute(Execute):
     def output(self, outs, msg, display_id, cell_index):
         content = msg.get("content", {})
         kind = msg.get("msg_type")
-        size = _size(content)
+        # an empty output still costs: many tiny outputs must hit the cap too
+        size = max(_size(content), MIN_OUTPUT)
         if _ours_in(content):  # counted in _log (MAX_OURS)
             return (
                 super().output(outs, msg, display_id, cell_index)

@@ -39,6 +39,7 @@ its points when it has no error output and no stderr output.
 
 import re
 
+import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade
 from traitlets import Unicode
@@ -148,8 +149,11 @@ def stream_problems(entry: dict) -> list[str]:
 def test_cell_problems(entry: dict, touched: int) -> list[str]:
     """What could replace a test's results after they were recorded."""
     problems = []
-    if entry.get("cleared"):
-        problems.append("the test's outputs were cleared (clear_output)")
+    if entry.get("cleared_after_result"):
+        problems.append(
+            "the test's outputs were cleared (clear_output) after its result was "
+            "recorded"
+        )
     if touched:
         problems.append("a display update rewrote the test's outputs")
     return problems
@@ -215,6 +219,11 @@ class JudgeHiddenTests(NbGraderPreprocessor):
             for problem in problems:
                 self.events.flag("tampered", f"{name}: {problem}")
             cell.outputs = [o for o in cell.outputs if not ours(o)]
+            if is_grade(cell) and no_values(cell):
+                self.events.note(
+                    f"{name}: a value shown during the test was kept as a display "
+                    f"(it cannot set the cell's score)"
+                )
         self.events.save()
         resources.pop("attncourse", None)
         return nb, resources
@@ -260,6 +269,27 @@ class JudgeHiddenTests(NbGraderPreprocessor):
                 self.events.note(f"{name}: grader error {type(exc).__name__}: {exc}")
                 return []
         return []
+
+
+def no_values(cell) -> bool:
+    """Turn a test cell's ``execute_result`` outputs into ``display_data``.
+
+    nbgrader scores a test cell by its first error *or* ``execute_result``: a
+    value (``sys.displayhook('ok')`` from the student's code during the test)
+    before the grader's error would give full or partial credit. No test cell
+    of the course ends in a value, so only student code makes one. Returns
+    True if one was turned.
+    """
+    turned = False
+    for i, out in enumerate(cell.outputs):
+        if out.get("output_type") == "execute_result":
+            cell.outputs[i] = nbformat.v4.new_output(
+                "display_data",
+                data=out.get("data", {}),
+                metadata=out.get("metadata", {}),
+            )
+            turned = True
+    return turned
 
 
 def _count_problems(cell, entry) -> list[str]:

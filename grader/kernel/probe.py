@@ -246,6 +246,10 @@ class Probe:
             self._watch("tf", lambda: sys.modules["tensorflow"], TF_NAMES)
             self._watch("tf.debugging", lambda: sys.modules["tensorflow"].debugging)
             self._watch("tf.math", lambda: sys.modules["tensorflow"].math)
+        if "attncourse.testing" in m:  # the visible tests' helpers and their np
+            self._watch(
+                "attncourse.testing", lambda: sys.modules.get("attncourse.testing")
+            )
         for name in list(m):
             if name == "grader" or name.startswith("grader."):
                 self._watch(name, lambda n=name: sys.modules.get(n))

@@ -21,6 +21,13 @@ message-stream rules of ``grader.verdicts`` / ``grader.guard``:
   with 30 MB (never passed the output cap);
 * ``npz-bomb``: a recorded result (a dict, not a string) whose ``.npz``
   declares a 2 GB array (the grader inflated it);
+* ``value-during-test``, ``value-from-a-thread``: ``sys.displayhook('ok')``
+  during a test (nbgrader scores a test cell by its first error *or* value:
+  8/8 with unimplemented functions, found by the hostile review);
+* ``visible-helpers-neutered``: ``attncourse.testing.np`` swapped so that
+  ``expect_close`` always passes (no flag before);
+* ``honest-clear-output``: a correct function that calls ``clear_output`` is
+  not accused (it was flagged ``tampered`` and scored 0);
 * ``sandbox-view``: what a solution can import and read in the sandbox:
   no grader-side modules, no solutions or grading state, inputs only.
 
@@ -318,6 +325,44 @@ def _warning(code, kind):
     )
 
 
+# found by the hostile review: a value shown during a test (nbgrader scores a
+# test cell by its first error *or* execute_result), also from a thread ...
+VALUE = {
+    fw: f"def soft_lookup_{fw}(queries, keys, values, beta):\n"
+    f"    import sys\n    sys.displayhook('ok')\n    raise NotImplementedError()\n"
+    for fw in ("tf", "torch")
+}
+VALUE_THREAD = (
+    "import sys, threading, time\n"
+    "def _spam():\n"
+    "    for _ in range(4000):\n"
+    "        sys.displayhook('ok')\n"
+    "        time.sleep(0.01)\n"
+    "threading.Thread(target=_spam, daemon=True).start()\n" + TF_TODO
+)
+# ... the visible-test helpers' NumPy swapped (expect_close always passes) ...
+NEUTERED = (
+    "import attncourse.testing as _T\n"
+    "class _NP:\n"
+    "    def __getattr__(self, k):\n"
+    "        return getattr(np, k)\n"
+    "    def allclose(self, *a, **k):\n"
+    "        return True\n"
+    "_T.np = _NP()\n"
+    "def soft_lookup_tf(queries, keys, values, beta):\n"
+    "    n = keys.shape[1]\n"
+    "    weights = tf.ones(tf.concat([tf.shape(queries)[:2], [n]], 0)) / n\n"
+    "    return tf.matmul(weights, values), weights\n"
+)
+# ... and an honest function that clears its own output (must not be accused)
+CLEARS = TF_OK.replace(
+    '(TensorFlow)."""\n',
+    '(TensorFlow)."""\n    from IPython.display import clear_output\n'
+    "    clear_output(wait=True)\n    print('running')\n",
+    1,
+)
+assert CLEARS != TF_OK
+
 # the staging scans: for review, no effect on the score
 SUSPICIOUS = frozenset({"suspicious", "dynamic-code", "library-call"})
 HOSTILE = [
@@ -374,6 +419,33 @@ HOSTILE = [
         notes=("torch-hidden: the hidden test recorded 2 results",),
         also=SUSPICIOUS,
     ),
+    Case(
+        "value-during-test",
+        0,
+        0,
+        set(),
+        fixed(notebook(tf=VALUE["tf"], torch=VALUE["torch"])),
+        notes=("tf-hidden: a value shown during the test was kept as a display",),
+        also=SUSPICIOUS,
+    ),
+    Case(
+        "value-from-a-thread",
+        0,
+        0,
+        {"tampered"},
+        fixed(notebook(tf=VALUE_THREAD)),
+        also=SUSPICIOUS | {"runaway"},
+    ),
+    Case(
+        "visible-helpers-neutered",
+        0,
+        0,
+        {"tampered"},
+        fixed(notebook(tf=NEUTERED)),
+        notes=("attncourse.testing.np",),
+        also=SUSPICIOUS,
+    ),
+    Case("honest-clear-output", 4, 4, set(), fixed(notebook(tf=CLEARS))),
     Case(
         "sandbox-view",
         4,
