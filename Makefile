@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 # Quiet TensorFlow in every process started from here (kernels inherit it).
 export TF_CPP_MIN_LOG_LEVEL := 3
@@ -15,10 +16,12 @@ export PYTHONHASHSEED := 0
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
-	@echo "make test   - create .venv if missing, run the whole test suite"
+	@echo "make test   - create .venv if missing, lint, then run the whole test suite"
+	@echo "make test-fast - the library, grading and book-source tests only: no book"
+	@echo "              build, no end-to-end grading, browser or classroom (minutes)"
 	@echo "make serve  - serve the built site on http://localhost:8000"
 	@echo "make lab    - open the course in JupyterLab"
-	@echo "make lint   - ruff"
+	@echo "make lint   - ruff format --check and ruff check over every Python file"
 	@echo "make bench  - benchmarks (attention speed, book build, grading); figures go to"
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
 	@echo "              bench-build, bench-grading"
@@ -27,7 +30,7 @@ help:
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
 	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
 # Debian packages the browser, sandbox, classroom and gradebook tests use
 # (root; CI runs it): Chromium, bubblewrap, PostgreSQL (the tests start their own
@@ -42,11 +45,17 @@ $(CHP): classroom/package.json classroom/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix classroom --no-audit --no-fund; \
 	else echo "npm not found: the classroom test will fail (needs configurable-http-proxy)"; fi
 
+# requirements.txt: what a learner and the book need (`make book`, `make lab`);
+# requirements-dev.txt adds the tests, grading, benchmarks and classroom.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install --no-deps -e . --config-settings editable_mode=compat
+	touch $@
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install -r requirements-dev.txt -c constraints.txt
 	touch $@
 
 book: $(STAMP)
@@ -59,40 +68,43 @@ book: $(STAMP)
 book-clean:
 	rm -rf _build
 
-test: $(STAMP) $(CHP)
+# Lint first: a formatting or lint error fails `make test` before any test runs.
+test: lint $(CHP)
 	$(BIN)/python -m pytest
 
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -m "not book and not exercises and not browser and not classroom"
 
-lint: $(STAMP)
-	$(BIN)/ruff check attncourse tests book/_ext bench nbgrader_config.py
+# Every Python file (pyproject.toml [tool.ruff] says which are excluded).
+lint: $(DEV_STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 # Benchmarks (figures, never pass/fail): each writes <name>.json + <name>.md to
 # _build/bench/. `make bench` runs all three, one after the other (~30 min).
 bench: bench-attention bench-build bench-grading
 
-bench-attention: $(STAMP)
+bench-attention: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/attention_speed.py --out _build/bench/attention_speed.json
 
-bench-build: $(STAMP)
+bench-build: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/book_build.py --out _build/bench/book_build.json
 
-bench-grading: $(STAMP)
+bench-grading: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/grading_speed.py --out _build/bench/grading_speed.json
 
 # Autograde processes at once (default: one per CPU core).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
-grade: $(STAMP)
+grade: $(DEV_STAMP)
 	$(BIN)/python -m grader grade --workers $(WORKERS)
 
-release: $(STAMP)
+release: $(DEV_STAMP)
 	$(BIN)/python -m grader release
 
-references: $(STAMP)
+references: $(DEV_STAMP)
 	$(BIN)/python -m grader references
 
 serve:
@@ -101,10 +113,19 @@ serve:
 lab: $(STAMP)
 	$(BIN)/jupyter lab
 
-constraints: $(STAMP)
-	{ echo "# Full resolved environment tested by CI (pip freeze, Python 3.11, linux x86_64)."; \
+# pip freeze of the CI environment (Linux x86_64). Lines with an environment marker
+# (`; sys_platform == ...`) pin what other platforms install instead; freeze cannot
+# see them, so they are kept from the current file (edit them by hand) and freeze's
+# lines for the same packages are dropped. tests/book/test_requirements.py checks it.
+MARKED = $(shell grep -E '^[^#].*;' constraints.txt | sed -E 's/[=<>!~; ].*//; s/[-_.]+/[-_.]/g' | paste -sd'|' -)
+constraints: $(DEV_STAMP)
+	{ echo "# Full resolved environment tested by CI (pip freeze, Python 3.11, linux x86_64),"; \
+	  echo "# then the pins of other platforms (with markers; kept by hand)."; \
 	  echo "# Regenerate with: make constraints"; \
-	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt
+	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' \
+	    | grep -viE '^($(MARKED))=='; \
+	  grep -E '^[^#].*;' constraints.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis classroom/node_modules

@@ -4,6 +4,7 @@ sampler, targets and tables, the source copy (fast; no timing asserts)."""
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,14 @@ def write(path: Path, data) -> Path:
 @pytest.fixture
 def fake_site(tmp_path) -> Path:
     root = tmp_path / "html"
-    write(root / "_static" / "theme.css",
-          '@import url("base.css");\n'
-          "/* @font-face { src: url(commented.woff2) } */\n"
-          "@font-face { font-family: A; src: url(fonts/a.woff2) format('woff2'),"
-          " url(fonts/a.ttf) format('truetype'); }\n"
-          "body { background: url(bg.png); }\n")
+    write(
+        root / "_static" / "theme.css",
+        '@import url("base.css");\n'
+        "/* @font-face { src: url(commented.woff2) } */\n"
+        "@font-face { font-family: A; src: url(fonts/a.woff2) format('woff2'),"
+        " url(fonts/a.ttf) format('truetype'); }\n"
+        "body { background: url(bg.png); }\n",
+    )
     write(root / "_static" / "base.css", "@font-face{src:url('fonts/b.woff')}\n")
     write(root / "_static" / "fonts" / "a.woff2", b"a" * 300)
     write(root / "_static" / "fonts" / "a.ttf", b"t" * 5000)
@@ -45,18 +48,28 @@ def fake_site(tmp_path) -> Path:
     write(root / "_static" / "mathjax" / "output" / "fonts" / "x.woff", b"x" * 600)
     write(root / "_images" / "fig.png", b"p" * 20000)
     write(root / "_images" / "big.png", b"q" * (3 * MB))
-    head = ('<link rel="stylesheet" href="{up}_static/theme.css?digest=abc">'
-            '<link rel="preload" as="font" href="{up}_static/fonts/c.woff2">'
-            '<link rel="preload" as="script" href="{up}_static/app.js">'
-            '<script src="{up}_static/app.js"></script>')
-    write(root / "index.html", "<html><head>" + head.format(up="") +
-          '<script src="_static/mathjax/tex-chtml.js"></script></head><body>'
-          '<img src="_images/fig.png"><img src="_images/fig.png#again">'
-          '<img src="data:image/png;base64,AAAA">'
-          '<img src="https://example.org/x.png"></body></html>')
-    write(root / "book" / "chapter.html", "<html><head>" + head.format(up="../") +
-          '</head><body><img src="../_images/big.png">'
-          '<img src="/_images/fig.png"><img src="../_images/gone.png"></body></html>')
+    head = (
+        '<link rel="stylesheet" href="{up}_static/theme.css?digest=abc">'
+        '<link rel="preload" as="font" href="{up}_static/fonts/c.woff2">'
+        '<link rel="preload" as="script" href="{up}_static/app.js">'
+        '<script src="{up}_static/app.js"></script>'
+    )
+    write(
+        root / "index.html",
+        "<html><head>"
+        + head.format(up="")
+        + '<script src="_static/mathjax/tex-chtml.js"></script></head><body>'
+        '<img src="_images/fig.png"><img src="_images/fig.png#again">'
+        '<img src="data:image/png;base64,AAAA">'
+        '<img src="https://example.org/x.png"></body></html>',
+    )
+    write(
+        root / "book" / "chapter.html",
+        "<html><head>"
+        + head.format(up="../")
+        + '</head><body><img src="../_images/big.png">'
+        '<img src="/_images/fig.png"><img src="../_images/gone.png"></body></html>',
+    )
     write(root / "_static" / "ignored.html", "<html></html>")
     return root
 
@@ -67,14 +80,15 @@ def test_page_weight_counts_each_group_once(fake_site):
     assert index["images_bytes"] == 20000 and index["n_images"] == 1
     assert index["page_with_images_bytes"] == index["html_bytes"] + 20000
     assert index["css_bytes"] == sum(
-        (fake_site / "_static" / f).stat().st_size for f in ("theme.css", "base.css"))
+        (fake_site / "_static" / f).stat().st_size for f in ("theme.css", "base.css")
+    )
     # first src of each @font-face (woff2, not ttf) + the preloaded font
     assert index["fonts_bytes"] == 300 + 70 + 11
-    assert index["js_bytes"] == 1000            # preload + script: one file
+    assert index["js_bytes"] == 1000  # preload + script: one file
     assert index["mathjax_bytes"] == 4000 and index["loads_mathjax"]
     assert index["total_bytes"] == sum(
-        index[f"{k}_bytes"] for k in ("html", "images", "css", "js", "fonts",
-                                      "mathjax"))
+        index[f"{k}_bytes"] for k in ("html", "images", "css", "js", "fonts", "mathjax")
+    )
     assert index["external"] == ["https://example.org/x.png"]
     assert index["missing"] == []
 
@@ -97,8 +111,12 @@ def test_site_weights_sorts_pages_and_sizes_mathjax(fake_site):
     assert site["site_bytes"] > 3 * MB
     assets = {a["file"]: a for a in site["assets"]}
     assert site["assets"][0]["file"] == "_images/big.png"
-    assert assets["_static/app.js"] == {"file": "_static/app.js", "group": "js",
-                                        "pages": 2, "bytes": 1000}
+    assert assets["_static/app.js"] == {
+        "file": "_static/app.js",
+        "group": "js",
+        "pages": 2,
+        "bytes": 1000,
+    }
     assert assets["_images/gone.png"]["bytes"] is None
     assert "_static/fonts/a.ttf" not in assets
 
@@ -118,11 +136,15 @@ ALLOCATE = textwrap.dedent("""
 def test_sampler_sees_a_grandchild_allocate(tmp_path):
     """The allocating process is a grandchild: descendants are counted."""
     script = write(tmp_path / "allocate.py", ALLOCATE)
-    outer = [sys.executable, "-c",
-             "import subprocess, sys; "
-             f"sys.exit(subprocess.call([sys.executable, {str(script)!r}]))"]
-    proc = subprocess.Popen(outer, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    outer = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys; "
+        f"sys.exit(subprocess.call([sys.executable, {str(script)!r}]))",
+    ]
+    proc = subprocess.Popen(
+        outer, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline() == "ready\n"
         sampler = measure.TreeRSSSampler(proc.pid, interval=0.02)
@@ -141,15 +163,16 @@ def test_sampler_sees_a_grandchild_allocate(tmp_path):
     assert sampler.peak_bytes - baseline >= 150 * MB
     assert sampler.peak_processes == 2 and sampler.max_processes == 2
     assert sampler.samples >= 3
-    if sampler.hwm_sum_bytes is not None:        # Linux
+    if sampler.hwm_sum_bytes is not None:  # Linux
         assert sampler.hwm_sum_bytes >= sampler.peak_bytes * 0.9
     result = sampler.result()
     assert result["peak_rss_bytes"] == sampler.peak_bytes
 
 
 def test_sampler_without_root_counts_only_descendants():
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                            stdin=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
         without_root = measure.TreeRSSSampler(proc.pid, include_root=False)
         assert without_root.sample() == 0 and without_root.max_processes == 0
@@ -158,21 +181,29 @@ def test_sampler_without_root_counts_only_descendants():
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
-    gone = measure.TreeRSSSampler(proc.pid)       # exited: nothing to count
+    gone = measure.TreeRSSSampler(proc.pid)  # exited: nothing to count
     assert gone.sample() == 0
 
 
 def test_run_measured_reports_exit_code_and_output():
-    run = measure.run_measured([sys.executable, "-c",
-                                "import sys; print('hi'); sys.exit(3)"])
+    run = measure.run_measured(
+        [sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"]
+    )
     assert run["returncode"] == 3 and run["stdout"] == "hi\n"
     assert run["seconds"] > 0 and run["peak_rss_bytes"] > 0
 
 
 def test_timer_measures_a_block():
+    before = time.perf_counter()
     with measure.Timer() as timer:
-        assert timer.seconds >= 0
-    assert timer.seconds >= 0 and timer.end is not None
+        time.sleep(0.05)
+        running = timer.seconds  # the time so far while the block runs
+    outside = time.perf_counter() - before
+    done = timer.seconds
+    # At least the sleep, at most the time around the block; frozen at exit.
+    assert 0.05 <= running <= done <= outside and timer.end is not None
+    time.sleep(0.02)
+    assert timer.seconds == done
 
 
 # --- targets and tables ---
@@ -190,15 +221,21 @@ def test_target_status():
     row = Target("warm", 12.345, 15, "s", fmt=".1f").row()
     assert row == ["warm", "12.3 s", "≤ 15.0 s", "pass", ""]
     assert Target("m", 2.6e9, 2.5e9, fmt=measure.fmt_bytes).row()[1:4] == [
-        "2.6 GB", "≤ 2.5 GB", "MISS"]
+        "2.6 GB",
+        "≤ 2.5 GB",
+        "MISS",
+    ]
     assert "fmt" not in Target("t", 1, 2).as_dict()
 
 
 def test_markdown_tables():
-    table = measure.markdown_table(["a", "b"], [["x|y", None], [1, 2.5]],
-                                   align="lr")
-    assert table.splitlines() == ["| a | b |", "| :--- | ---: |",
-                                  "| x\\|y |  |", "| 1 | 2.5 |"]
+    table = measure.markdown_table(["a", "b"], [["x|y", None], [1, 2.5]], align="lr")
+    assert table.splitlines() == [
+        "| a | b |",
+        "| :--- | ---: |",
+        "| x\\|y |  |",
+        "| 1 | 2.5 |",
+    ]
     text = measure.targets_table([Target("cold", 0.5, 0.6), Target("x", 1, None)])
     assert "| cold | 0.50 | ≤ 0.60 | pass |" in text and "| info |" in text
 
@@ -213,8 +250,10 @@ def test_fmt_bytes():
 def test_machine_info_names_versions():
     info = measure.machine_info(("psutil", "no-such-distribution-xyz"))
     assert info["cpu_count"] >= 1 and len(info["load_average_1_5_15min"]) == 3
-    assert info["versions"]["psutil"] and info["versions"][
-        "no-such-distribution-xyz"] is None
+    assert (
+        info["versions"]["psutil"]
+        and info["versions"]["no-such-distribution-xyz"] is None
+    )
 
 
 def chapter(name, seconds, rss, ok=True):
@@ -222,27 +261,44 @@ def chapter(name, seconds, rss, ok=True):
 
 
 def build_run(execute, sphinx, ok=True):
-    return {"execute_seconds": execute, "sphinx_seconds": sphinx,
-            "total_seconds": execute + sphinx, "ok": ok}
+    return {
+        "execute_seconds": execute,
+        "sphinx_seconds": sphinx,
+        "total_seconds": execute + sphinx,
+        "ok": ok,
+    }
 
 
 def test_book_targets_pass_and_miss():
     report = {
-        "serial": {"chapters": [chapter("a", 20, 1e9), chapter("b", 70, 3e9)],
-                   "sum_seconds": 90, "all_chapters": True},
-        "builds": {"cold": build_run(40, 20), "warm": build_run(2, 10),
-                   "edit": {**build_run(15, 12), "chapter": "a",
-                            "chapter_serial_seconds": 20}},
-        "site": {"pages": [{"page": "big.html", "page_with_images_bytes": 2.5 * MB,
-                            "n_images": 4, "total_bytes": 4 * MB}]},
+        "serial": {
+            "chapters": [chapter("a", 20, 1e9), chapter("b", 70, 3e9)],
+            "sum_seconds": 90,
+            "all_chapters": True,
+        },
+        "builds": {
+            "cold": build_run(40, 20),
+            "warm": build_run(2, 10),
+            "edit": {**build_run(15, 12), "chapter": "a", "chapter_serial_seconds": 20},
+        },
+        "site": {
+            "pages": [
+                {
+                    "page": "big.html",
+                    "page_with_images_bytes": 2.5 * MB,
+                    "n_images": 4,
+                    "total_bytes": 4 * MB,
+                }
+            ]
+        },
     }
     by = {t.name.split(" (")[0]: t for t in book_build.targets(report)}
-    assert by["slowest chapter alone"].status == "MISS"            # 70 s > 60 s
-    assert by["largest chapter peak RSS"].status == "MISS"         # 3 GB > 2.5 GB
+    assert by["slowest chapter alone"].status == "MISS"  # 70 s > 60 s
+    assert by["largest chapter peak RSS"].status == "MISS"  # 3 GB > 2.5 GB
     assert by["cold build total / serial sum"].value == pytest.approx(60 / 90)
-    assert by["cold build total / serial sum"].status == "MISS"    # 0.67 > 0.6
+    assert by["cold build total / serial sum"].status == "MISS"  # 0.67 > 0.6
     assert by["cold execution phase / serial sum"].value == pytest.approx(40 / 90)
-    assert by["warm rebuild"].status == "pass"                     # 12 s
+    assert by["warm rebuild"].status == "pass"  # 12 s
     assert by["rebuild after editing one chapter"].limit == 35
     assert by["rebuild after editing one chapter"].status == "pass"  # 27 s
     assert by["largest page with its images"].status == "MISS"
@@ -252,9 +308,14 @@ def test_book_targets_pass_and_miss():
 
 
 def test_ratios_need_every_chapter():
-    report = {"serial": {"chapters": [chapter("a", 20, 1e9)], "sum_seconds": 20,
-                         "all_chapters": False},
-              "builds": {"cold": build_run(5, 5)}}
+    report = {
+        "serial": {
+            "chapters": [chapter("a", 20, 1e9)],
+            "sum_seconds": 20,
+            "all_chapters": False,
+        },
+        "builds": {"cold": build_run(5, 5)},
+    }
     by = {t.name: t for t in book_build.targets(report)}
     assert by["cold build total / serial sum"].status == "n/a"
     assert "every chapter" in by["cold build total / serial sum"].note
@@ -274,8 +335,11 @@ def test_failed_builds_have_no_value():
 
 def test_copy_sources_takes_config_extensions_and_downloads(tmp_path):
     root = tmp_path / "project"
-    write(root / "_config.yml", "sphinx:\n  local_extensions:\n    ext: book/_ext\n"
-          "bibtex_bibfiles:\n  - refs.bib\n")
+    write(
+        root / "_config.yml",
+        "sphinx:\n  local_extensions:\n    ext: book/_ext\n"
+        "bibtex_bibfiles:\n  - refs.bib\n",
+    )
     write(root / "_toc.yml", "format: jb-book\nroot: book/index\n")
     write(root / "refs.bib", "")
     write(root / "book" / "index.md", "{download}`x.ipynb <../extra/x.ipynb>`\n")
@@ -299,8 +363,10 @@ def test_copied_execute_parallel_resolves_root_to_the_copy(tmp_path):
     assert Path(ep.ROOT).resolve() == dest.resolve()
     notebooks = book_build.toc_notebooks(ep, dest)
     assert notebooks and all(p.is_relative_to(dest) for p in notebooks)
-    assert book_build.pick_chapters(notebooks, "self-attention")[0].stem == \
-        "self-attention"
+    assert (
+        book_build.pick_chapters(notebooks, "self-attention")[0].stem
+        == "self-attention"
+    )
     with pytest.raises(SystemExit):
         book_build.pick_chapters(notebooks, "no-such-chapter")
 
@@ -308,10 +374,13 @@ def test_copied_execute_parallel_resolves_root_to_the_copy(tmp_path):
 def test_edit_appends_a_code_cell(tmp_path):
     import jupytext
 
-    path = write(tmp_path / "ch.md", "---\njupytext:\n  text_representation:\n"
-                 "    extension: .md\n    format_name: myst\nkernelspec:\n"
-                 "  name: python3\n  display_name: Python 3\n---\n\n# T\n\n"
-                 "```{code-cell} ipython3\nx = 1\n```\n")
+    path = write(
+        tmp_path / "ch.md",
+        "---\njupytext:\n  text_representation:\n"
+        "    extension: .md\n    format_name: myst\nkernelspec:\n"
+        "  name: python3\n  display_name: Python 3\n---\n\n# T\n\n"
+        "```{code-cell} ipython3\nx = 1\n```\n",
+    )
     book_build.edit_chapter(path)
     cells = jupytext.read(path).cells
     assert [c.cell_type for c in cells if c.cell_type == "code"] == ["code"] * 2

@@ -44,18 +44,29 @@ pytestmark = [pytest.mark.browser, *skip_without_browser()]
 
 RUN_TIMEOUT = float(os.environ.get("BROWSER_LAB_RUN_TIMEOUT", "240"))  # seconds
 COPIED = ["book", "exercises", "solutions", "nbgrader_config.py"]
-NOT_COPIED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "_build",
-                                    "gradebook.db", "*.pyc")
+NOT_COPIED = shutil.ignore_patterns(
+    ".ipynb_checkpoints", "__pycache__", "_build", "gradebook.db", "*.pyc"
+)
 # Makefile exports that a student's `jupyter lab` does not have.
-DROPPED_ENV = ["MPLBACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS",
-               "KERAS_BACKEND", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
-               "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR"]
+DROPPED_ENV = [
+    "MPLBACKEND",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "KERAS_BACKEND",
+    "JUPYTER_CONFIG_DIR",
+    "JUPYTER_DATA_DIR",
+    "JUPYTERLAB_SETTINGS_DIR",
+    "JUPYTERLAB_WORKSPACES_DIR",
+]
 # User settings for the test profile: no news prompt, every cell kept in the DOM.
 SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-        {"fetchNews": "false", "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
-        {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
+        "windowingMode": "none"
+    },
 }
 
 
@@ -75,12 +86,14 @@ def released_notebooks() -> list[Path]:
     folder = ROOT / "exercises"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*.ipynb")
-                  if ".ipynb_checkpoints" not in p.parts)
+    return sorted(
+        p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+    )
 
 
 JUPYTER_LITTER = re.compile(
-    r"(^|/)(\.ipynb_checkpoints|gradebook\.db|\.virtual_documents)(/|$)")
+    r"(^|/)(\.ipynb_checkpoints|gradebook\.db|\.virtual_documents)(/|$)"
+)
 
 
 def litter() -> set[str]:
@@ -95,7 +108,8 @@ def litter() -> set[str]:
     for path in paths:
         rel = path.relative_to(ROOT).as_posix()
         if JUPYTER_LITTER.search(rel) or (
-                path.suffix == ".ipynb" and path.with_suffix(".md").exists()):
+            path.suffix == ".ipynb" and path.with_suffix(".md").exists()
+        ):
             found.add(rel)
     return found
 
@@ -138,8 +152,10 @@ def stop_lab(lab: Lab, marker: str) -> None:
     if lab.proc.poll() is None:
         try:
             req = urllib.request.Request(
-                f"{lab.url}/api/shutdown", method="POST",
-                headers={"Authorization": f"token {lab.token}"})
+                f"{lab.url}/api/shutdown",
+                method="POST",
+                headers={"Authorization": f"token {lab.token}"},
+            )
             urllib.request.urlopen(req, timeout=5).close()
             lab.proc.wait(timeout=20)
         except Exception:  # noqa: BLE001
@@ -172,8 +188,10 @@ def lab(tmp_path_factory):
             shutil.copytree(src, root / name, ignore=NOT_COPIED)
         elif src.is_file():
             shutil.copy2(src, root / name)
-    dirs = {k: base / k for k in
-            ("config", "data", "runtime", "settings", "workspaces", "ipython")}
+    dirs = {
+        k: base / k
+        for k in ("config", "data", "runtime", "settings", "workspaces", "ipython")
+    }
     for d in dirs.values():
         d.mkdir()
     for rel, value in SETTINGS.items():
@@ -182,13 +200,13 @@ def lab(tmp_path_factory):
         target.write_text(json.dumps(value))
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
     env.update(
-        JUPYTER_CONFIG_DIR=str(dirs["config"]),        # no ~/.jupyter config
-        JUPYTER_DATA_DIR=str(dirs["data"]),            # notebook signatures
-        JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),      # connection files, cookie
+        JUPYTER_CONFIG_DIR=str(dirs["config"]),  # no ~/.jupyter config
+        JUPYTER_DATA_DIR=str(dirs["data"]),  # notebook signatures
+        JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),  # connection files, cookie
         JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
         JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
         IPYTHONDIR=str(dirs["ipython"]),
-        PYTHONDONTWRITEBYTECODE="1",                   # no __pycache__ in the repo
+        PYTHONDONTWRITEBYTECODE="1",  # no __pycache__ in the repo
     )
     token = secrets.token_hex(16)
     port = free_port()
@@ -196,19 +214,32 @@ def lab(tmp_path_factory):
     before = litter()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(jupyter_lab), "--no-browser", "--allow-root",
-             "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
-             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-             "--ServerApp.shutdown_no_activity_timeout=900",
-             "--MappingKernelManager.cull_idle_timeout=900"],
-            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                str(jupyter_lab),
+                "--no-browser",
+                "--allow-root",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--ServerApp.shutdown_no_activity_timeout=900",
+                "--MappingKernelManager.cull_idle_timeout=900",
+            ],
+            cwd=root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     server = Lab(f"http://127.0.0.1:{port}", token, root, proc, log)
     try:
-        wait_for_http(f"{server.url}/api/status?token={token}", timeout=90,
-                      alive=lambda: proc.poll() is None)
+        wait_for_http(
+            f"{server.url}/api/status?token={token}",
+            timeout=90,
+            alive=lambda: proc.poll() is None,
+        )
     except Exception as exc:  # noqa: BLE001
         stop_lab(server, str(base))
         pytest.fail(f"jupyter lab did not start: {exc}\n{server.server_log()}")
@@ -231,7 +262,8 @@ def open_lab(new_web, lab: Lab, folder: str):
 def menu(page, top: str, item: str) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text=top).first.click()
     page.locator(".lm-Menu:visible .lm-Menu-item").filter(
-        has=page.get_by_text(item, exact=True)).first.click()
+        has=page.get_by_text(item, exact=True)
+    ).first.click()
 
 
 def visible_notebook(page):
@@ -248,7 +280,9 @@ def wait_for_kernel(page, timeout_ms: float) -> None:
           const status = panel.querySelector('.jp-Notebook-ExecutionIndicator')
             ?.dataset.status;
           return name && !/no kernel/i.test(name) && status === 'idle';
-        }""", timeout=timeout_ms)
+        }""",
+        timeout=timeout_ms,
+    )
 
 
 @pytest.mark.parametrize("doc", lab_chapters())
@@ -261,11 +295,14 @@ def test_chapter_runs_in_jupyterlab(new_web, lab, doc):
 
     # README: right-click the chapter -> Open With -> Notebook (jupytext)
     page.locator(".jp-DirListing-item").filter(
-        has=page.get_by_text(filename, exact=True)).first.click(button="right")
+        has=page.get_by_text(filename, exact=True)
+    ).first.click(button="right")
     page.locator(".lm-Menu:visible .lm-Menu-item").filter(
-        has=page.get_by_text("Open With", exact=True)).hover()
+        has=page.get_by_text("Open With", exact=True)
+    ).hover()
     page.locator(".lm-Menu:visible").nth(1).locator(".lm-Menu-itemLabel").get_by_text(
-        "Notebook", exact=True).click()
+        "Notebook", exact=True
+    ).click()
     notebook = visible_notebook(page)
     notebook.wait_for()
     wait_for_kernel(page, 90_000)
@@ -288,7 +325,10 @@ def test_chapter_runs_in_jupyterlab(new_web, lab, doc):
             ?.dataset.status;
           return prompts.length && prompts.every(p => /^\\[\\d+\\]:$/.test(p))
                  && status === 'idle';
-        }""", timeout=RUN_TIMEOUT * 1000, polling=500)
+        }""",
+        timeout=RUN_TIMEOUT * 1000,
+        polling=500,
+    )
     seconds = time.monotonic() - start
     print(f"\n{doc}: ran in JupyterLab ({kernel}) in {seconds:.1f} s")
     figures = notebook.locator(".jp-RenderedImage img")
@@ -303,22 +343,29 @@ def test_chapter_runs_in_jupyterlab(new_web, lab, doc):
     stderr = notebook.locator(
         '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
     ).all_inner_texts()
-    assert not errors, (
-        f"{doc}: error outputs in Lab:\n" + "\n---\n".join(errors)[:4000])
+    assert not errors, f"{doc}: error outputs in Lab:\n" + "\n---\n".join(errors)[:4000]
     tracebacks = [s for s in stderr if re.search(r"Traceback|Error\b|Exception\b", s)]
     assert not tracebacks, (
-        f"{doc}: stderr with errors:\n" + "\n---\n".join(tracebacks)[:4000])
+        f"{doc}: stderr with errors:\n" + "\n---\n".join(tracebacks)[:4000]
+    )
     if stderr:
-        warnings.warn(f"{doc} writes to stderr in JupyterLab: "
-                      + " | ".join(s.strip()[:200] for s in stderr[:5]), stacklevel=1)
+        warnings.warn(
+            f"{doc} writes to stderr in JupyterLab: "
+            + " | ".join(s.strip()[:200] for s in stderr[:5]),
+            stacklevel=1,
+        )
 
     outputs = notebook.locator(".jp-OutputArea-output")
     assert outputs.count() > 0, f"{doc}: no outputs after Run All"
-    plots = [c for _, c in code_cells(source_path(doc))
-             if re.search(r"plt\.show\(|show_heatmaps\(", c)]
+    plots = [
+        c
+        for _, c in code_cells(source_path(doc))
+        if re.search(r"plt\.show\(|show_heatmaps\(", c)
+    ]
     if plots:
         widths = notebook.locator(".jp-RenderedImage img").evaluate_all(
-            "imgs => imgs.map(i => i.naturalWidth)")
+            "imgs => imgs.map(i => i.naturalWidth)"
+        )
         assert widths and all(w > 0 for w in widths), (
             f"{doc}: {len(plots)} cells draw figures, Lab shows {widths} (a "
             "non-inline matplotlib backend in the server's environment, e.g. "
@@ -339,7 +386,8 @@ def test_nbgrader_entries_in_jupyterlab(new_web, lab):
     page.keyboard.press("Control+Shift+C")  # command palette
     page.locator(".lm-CommandPalette-input").fill("nbgrader")
     palette = page.locator(
-        ".lm-CommandPalette-item:visible .lm-CommandPalette-itemLabel")
+        ".lm-CommandPalette-item:visible .lm-CommandPalette-itemLabel"
+    )
     palette.first.wait_for()
     labels = palette.all_inner_texts()
     assert "Assignment List" in labels and "Formgrader" in labels, labels
@@ -357,7 +405,9 @@ def test_nbgrader_entries_in_jupyterlab(new_web, lab):
         """() => [...document.querySelectorAll('iframe')].some(f =>
              /formgrader/.test(f.src) && f.contentDocument
              && /manage_assignments/.test(f.contentWindow.location.href)
-             && f.contentDocument.readyState === 'complete')""", timeout=30_000)
+             && f.contentDocument.readyState === 'complete')""",
+        timeout=30_000,
+    )
     assert frame.get_by_text("Manage Assignments").first.is_visible()
     assert not web.log.page_errors, web.log.page_errors
     assert not web.log.external, f"Lab requested off-site URLs: {web.log.external[:10]}"
@@ -365,16 +415,16 @@ def test_nbgrader_entries_in_jupyterlab(new_web, lab):
 
 def test_validate_released_exercise(new_web, lab):
     released = released_notebooks()
-    if not released:
-        pytest.skip("no released exercise yet (exercises/ holds no .ipynb)")
+    assert released, "exercises/ holds no released .ipynb (python -m grader release)"
     notebook_path = released[0].relative_to(ROOT).as_posix()
     web = new_web(viewport={"width": 1400, "height": 900}, label="lab")
     page = web.page
     page.goto(lab.tree(notebook_path))
     notebook = visible_notebook(page)
     notebook.wait_for(timeout=90_000)
-    current = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current "
-                           ".lm-TabBar-tabLabel")
+    current = page.locator(
+        "#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel"
+    )
     assert current.inner_text() == released[0].name, "the exercise is not the open tab"
     wait_for_kernel(page, 90_000)
     button = notebook.locator(".validate-button")
@@ -386,12 +436,14 @@ def test_validate_released_exercise(new_web, lab):
     body = dialog.locator(".jp-Dialog-body").inner_text().strip()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"lab-validate-{released[0].stem}.png"))
-    # A released (unsolved) exercise validates: nbgrader runs it and reports the
-    # failing cells (or success); it must not fail to save, to check versions or
-    # to run the validate command itself.
+    # A released (unsolved) exercise validates: nbgrader runs it and reports
+    # the failing cells -- its solution cells raise NotImplementedError, so
+    # "Success!" would mean the visible tests did not run. It must not fail to
+    # save, to check versions or to run the validate command itself.
     where = f"{notebook_path}: {title}: {body[:3000]}"
     assert title == "Validation Results", where
     assert "error running the validate command" not in body, where
-    assert re.search(r"following cells? failed|Success!", body), where
+    assert re.search(r"following cells? failed", body), where
+    assert "Success!" not in body, where
     print(f"\n{notebook_path}: {title}: {' | '.join(body.splitlines()[:3])}")
     assert not web.log.page_errors, web.log.page_errors

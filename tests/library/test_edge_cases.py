@@ -3,6 +3,8 @@ library line it guards broken (the line is named in each docstring), and to pass
 with it restored.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -223,3 +225,104 @@ def test_tf_training_clips_the_global_gradient_norm(monkeypatch):
     norms = optimizer.norms.numpy()[:3]
     assert norms.max() <= CLIP * (1 + 1e-4), norms
     assert norms.min() > CLIP / 2, norms
+
+
+# --- found by mutation testing (bench/mutation_report.md) ----------------------
+
+
+def test_numpy_positional_encoding_keeps_the_input_dtype_and_names_max_len():
+    """PositionalEncoding.__call__: table.astype(x.dtype): float32 stays float32
+    (like tf/torch); the default max_len is the other frameworks' 1000."""
+    layer = anp.PositionalEncoding(4)
+    assert layer.max_len == atf.PositionalEncoding(4).max_len == 1000
+    out = layer(np.zeros((1, 3, 4), np.float32))
+    assert out.dtype == np.float32
+    assert_close(out[0], anp.sinusoidal_positional_encoding(3, 4))
+    with pytest.raises(ValueError, match="^max_len must be >= 1"):
+        anp.PositionalEncoding(4, max_len=0)
+
+
+def test_numpy_hard_attention_keeps_dtypes_and_names_the_generator_type(rng):
+    """hard_attention: outputs in values' dtype, log_probs in weights' dtype."""
+    weights = anp.masked_softmax(rng.normal(size=(2, 3, 5))).astype(np.float32)
+    values = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    for mode, generator in [("argmax", None), ("sample", np.random.default_rng(0))]:
+        outputs, indices, log_probs = anp.hard_attention(
+            weights, values, mode, generator
+        )
+        assert (outputs.dtype, log_probs.dtype) == (np.float32, np.float32), mode
+        assert indices.dtype == np.int64
+    with pytest.raises(
+        TypeError, match=r"^generator must be a numpy\.random\.Generator, got int$"
+    ):
+        anp.hard_attention(weights, values, "sample", generator=0)
+
+
+def test_numpy_gru_conversions_return_float64_and_name_the_bad_weight(rng):
+    """gru_params_{to,from}_{keras,torch}: the NumPy reference is float64 whatever
+    the input's dtype; a wrong shape names the weight."""
+    shapes = anp.seq2seq.gru_param_shapes(3, 2)
+    params = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    kernel, recurrent, bias = anp.gru_params_to_keras(params)
+    assert {a.dtype for a in (kernel, recurrent, bias)} == {np.dtype(np.float64)}
+    state = anp.gru_params_to_torch(params)
+    assert {a.dtype for a in state.values()} == {np.dtype(np.float64)}
+    as_f32 = [a.astype(np.float32) for a in (kernel, recurrent, bias)]
+    back = anp.gru_params_from_keras(*as_f32)
+    assert {a.dtype for a in back.values()} == {np.dtype(np.float64)}
+    back = anp.gru_params_from_torch(
+        {k: v.astype(np.float32) for k, v in state.items()}
+    )
+    assert {a.dtype for a in back.values()} == {np.dtype(np.float64)}
+    with pytest.raises(ValueError, match="^weight kernel must"):
+        anp.gru_params_from_keras(kernel[:, :-1], recurrent, bias)
+    with pytest.raises(ValueError, match="^weight recurrent_kernel must"):
+        anp.gru_params_from_keras(kernel, recurrent[:, :-1], bias)
+    with pytest.raises(ValueError, match="^weight bias must"):
+        anp.gru_params_from_keras(kernel, recurrent, bias[:1])
+    for name in ("weight_ih_l0", "weight_hh_l0"):
+        bad = {**state, name: state[name][:-1]}
+        with pytest.raises(ValueError, match=f"^weight {name} must"):
+            anp.gru_params_from_torch(bad)
+    # every gate's input weight must have W_xr's input size, not just any
+    mixed = {**params, "W_xz": rng.normal(size=(4, 2))}
+    with pytest.raises(ValueError, match=r"^weight W_xz must have shape \(3, 2\)"):
+        anp.gru_params_to_keras(mixed)
+
+
+def test_numpy_gru_and_keras_mask_errors_name_the_argument(rng):
+    """The error names what to fix (the sizes, the input, the API)."""
+    with pytest.raises(ValueError, match="^input_dim must be >= 1"):
+        anp.GRU(0, 2)
+    with pytest.raises(ValueError, match="^hidden_dim must be >= 1"):
+        anp.GRU(3, 0)
+    with pytest.raises(
+        ValueError, match=r"^inputs must have 3 axes \(batch, seq_len, input_dim\)"
+    ):
+        anp.GRU(3, 2)(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"^inputs must have input_dim=3 features"):
+        anp.GRU(3, 2)(np.zeros((1, 2, 4)))
+    per_head = np.ones((1, 2, 3, 5), bool)
+    with pytest.raises(ValueError, match=r"^keras\.layers\.MultiHeadAttention applies"):
+        anp.to_keras_mask(per_head)
+
+
+def test_numpy_hard_sampling_survives_a_uniform_draw_of_exactly_zero():
+    """hard_attention: u is clipped to 1e-300 before -log(-log(u)); a draw of
+    0.0 (possible: Generator.random is in [0, 1)) would make every Gumbel
+    -inf and always pick key 0, with a divide-by-zero warning."""
+
+    class Zeros(np.random.Generator):
+        def random(self, size=None, dtype=np.float64, out=None):
+            return np.zeros(size)
+
+    weights = np.array([[[0.2, 0.5, 0.3]]])
+    values = np.eye(3)[None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, indices, log_probs = anp.hard_attention(
+            weights, values, "sample", Zeros(np.random.PCG64(0))
+        )
+    # equal Gumbels everywhere: the sample is the most likely key
+    assert indices.tolist() == [[1]]
+    assert_close(log_probs, np.log([[0.5]]))

@@ -31,18 +31,17 @@ from pathlib import Path
 
 import pytest
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-SUPERUSER = "postgres"      # the database superuser (initdb -U) and, as root,
-SYSTEM_USER = "postgres"    # the system user that runs the server
-START_TIMEOUT = 60          # seconds for the server to accept connections
+from support.ci import skip_or_fail
+
+SUPERUSER = "postgres"  # the database superuser (initdb -U) and, as root,
+SYSTEM_USER = "postgres"  # the system user that runs the server
+START_TIMEOUT = 60  # seconds for the server to accept connections
 INSTALL = "apt-get install postgresql"
 
 
 def _unavailable(reason: str):
     """Fail in CI (the test must run there), skip elsewhere."""
-    if IN_CI:
-        pytest.fail(f"PostgreSQL test cannot run in CI: {reason}")
-    pytest.skip(reason)
+    skip_or_fail(f"PostgreSQL: {reason}")
 
 
 def _version_key(path: Path):
@@ -54,19 +53,23 @@ def find_bindir() -> Path | None:
     candidates = []
     if shutil.which("pg_config"):
         try:
-            out = subprocess.run(["pg_config", "--bindir"], capture_output=True,
-                                 text=True, timeout=30)
+            out = subprocess.run(
+                ["pg_config", "--bindir"], capture_output=True, text=True, timeout=30
+            )
             if out.returncode == 0 and out.stdout.strip():
                 candidates.append(Path(out.stdout.strip()))
         except (OSError, subprocess.SubprocessError):
             pass
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                         key=_version_key, reverse=True)
+    candidates += sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=_version_key, reverse=True
+    )
     if shutil.which("initdb"):
         candidates.append(Path(shutil.which("initdb")).resolve().parent)
     for folder in candidates:
-        if all(os.access(folder / tool, os.X_OK)
-               for tool in ("initdb", "pg_ctl", "postgres")):
+        if all(
+            os.access(folder / tool, os.X_OK)
+            for tool in ("initdb", "pg_ctl", "postgres")
+        ):
             return folder
     return None
 
@@ -98,11 +101,19 @@ class PostgresServer:
         if self.as_root:
             argv = ["runuser", "-u", SYSTEM_USER, "--", *argv]
         # cwd: a folder the server user may enter (pg_ctl checks the cwd)
-        out = subprocess.run(argv, cwd=self.base, capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            argv,
+            cwd=self.base,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if check and out.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}):\n"
-                               f"{out.stdout}\n{out.stderr}\n{self.log_tail()}")
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({out.returncode}):\n"
+                f"{out.stdout}\n{out.stderr}\n{self.log_tail()}"
+            )
         return out
 
     def log_tail(self, chars=3000) -> str:
@@ -113,8 +124,7 @@ class PostgresServer:
     def _make_base(self) -> None:
         parents = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
         if self.as_root:  # the postgres user must reach the folder
-            parents = [p for p in parents if Path(p).is_dir() and
-                       _traversable(Path(p))]
+            parents = [p for p in parents if Path(p).is_dir() and _traversable(Path(p))]
             if not parents:
                 raise RuntimeError("no temporary folder the postgres user can reach")
         self.base = Path(tempfile.mkdtemp(prefix="attncourse-pg-", dir=parents[0]))
@@ -130,18 +140,40 @@ class PostgresServer:
 
     def start(self) -> None:
         self._make_base()
-        self._run("initdb", "--pgdata", self.data, "--username", SUPERUSER,
-                  "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+        self._run(
+            "initdb",
+            "--pgdata",
+            self.data,
+            "--username",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         last = None
         for _ in range(3):  # another process may take the free port first
             self.port = free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -p {self.port} "
-                       f"-k {self.sockets} -c fsync=off -c synchronous_commit=off "
-                       "-c full_page_writes=off -c max_connections=200")
-            out = self._run("pg_ctl", "--pgdata", self.data, "--log", self.log,
-                            "--options", options, "--wait",
-                            "--timeout", START_TIMEOUT, "start", check=False,
-                            timeout=START_TIMEOUT + 30)
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {self.port} "
+                f"-k {self.sockets} -c fsync=off -c synchronous_commit=off "
+                "-c full_page_writes=off -c max_connections=200"
+            )
+            out = self._run(
+                "pg_ctl",
+                "--pgdata",
+                self.data,
+                "--log",
+                self.log,
+                "--options",
+                options,
+                "--wait",
+                "--timeout",
+                START_TIMEOUT,
+                "start",
+                check=False,
+                timeout=START_TIMEOUT + 30,
+            )
             if out.returncode == 0:
                 self.started = True
                 break
@@ -156,22 +188,30 @@ class PostgresServer:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
-                psycopg2.connect(host="127.0.0.1", port=self.port, user=SUPERUSER,
-                                 dbname="postgres", connect_timeout=5).close()
+                psycopg2.connect(
+                    host="127.0.0.1",
+                    port=self.port,
+                    user=SUPERUSER,
+                    dbname="postgres",
+                    connect_timeout=5,
+                ).close()
                 return
             except psycopg2.OperationalError as e:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"PostgreSQL does not accept connections "
-                                       f"on 127.0.0.1:{self.port}: {e}\n"
-                                       f"{self.log_tail()}") from e
+                    raise RuntimeError(
+                        f"PostgreSQL does not accept connections "
+                        f"on 127.0.0.1:{self.port}: {e}\n"
+                        f"{self.log_tail()}"
+                    ) from e
                 time.sleep(0.2)
 
     def create_database(self, name: str) -> str:
         """Create an empty database; returns its SQLAlchemy URL."""
         import psycopg2
 
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=SUPERUSER,
-                                dbname="postgres")
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres"
+        )
         try:
             conn.autocommit = True  # CREATE DATABASE refuses a transaction
             with conn.cursor() as cur:
@@ -186,8 +226,17 @@ class PostgresServer:
     def stop(self) -> None:
         try:
             if self.started:
-                out = self._run("pg_ctl", "--pgdata", self.data, "--mode", "fast",
-                                "--wait", "stop", check=False, timeout=90)
+                out = self._run(
+                    "pg_ctl",
+                    "--pgdata",
+                    self.data,
+                    "--mode",
+                    "fast",
+                    "--wait",
+                    "stop",
+                    check=False,
+                    timeout=90,
+                )
                 if out.returncode != 0:
                     self._kill_postmaster()
         finally:
@@ -213,21 +262,27 @@ def check_available() -> Path:
     try:
         import psycopg2  # noqa: F401
     except ImportError:
-        _unavailable("psycopg2 is not installed in this Python environment "
-                     "(pip install psycopg2-binary)")
+        _unavailable(
+            "psycopg2 is not installed in this Python environment "
+            "(pip install psycopg2-binary)"
+        )
     bindir = find_bindir()
     if bindir is None:
-        _unavailable(f"PostgreSQL server binaries (initdb, pg_ctl) not found "
-                     f"({INSTALL})")
+        _unavailable(
+            f"PostgreSQL server binaries (initdb, pg_ctl) not found ({INSTALL})"
+        )
     if os.geteuid() == 0:
         if not shutil.which("runuser"):
-            _unavailable("runuser is not installed (util-linux): PostgreSQL cannot "
-                         "run as root")
+            _unavailable(
+                "runuser is not installed (util-linux): PostgreSQL cannot run as root"
+            )
         try:
             pwd.getpwnam(SYSTEM_USER)
         except KeyError:
-            _unavailable(f"no {SYSTEM_USER!r} system user to run PostgreSQL as "
-                         f"({INSTALL} creates it)")
+            _unavailable(
+                f"no {SYSTEM_USER!r} system user to run PostgreSQL as "
+                f"({INSTALL} creates it)"
+            )
     return bindir
 
 
