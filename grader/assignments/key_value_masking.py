@@ -17,6 +17,12 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import rng
+from grader.assignments.mistakes import (
+    mask_added,
+    mask_zero_fill,
+    missing_scale,
+    softmax_axis,
+)
 from grader.core import Check, Variant
 from grader.kernel.runners.key_value_masking import ATTN_TARGETS, MASK_TARGETS, RUNS
 from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
@@ -137,39 +143,18 @@ ATTN_VARIANTS = (
         lambda i: _attend(i, mask="queries"),
     ),
     # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
-    Variant(
-        "mask-added",
-        "the bool mask is ADDED to the scores (True counts as +1), which "
-        "masks nothing; fill the scores of padding keys with a large "
-        "negative number (masked_fill(~mask, -1e9) / tf.where(mask, scores, "
-        "-1e9)).",
-        lambda i: _attend(i, softmax="added"),
-    ),
+    mask_added(lambda i: _attend(i, softmax="added")),
     # georg-wolflein/good-features#1, hyunwoongko/transformer#10,
     # Shujun-He/RibonanzaNet#5 (-1e-9 instead of -1e9)
-    Variant(
-        "mask-zero-fill",
-        "the scores of padding keys are set to 0 (or multiplied by the mask), "
-        "but softmax gives a score of 0 the weight exp(0) = 1; fill them with "
-        "a large negative number (-1e9) instead.",
-        lambda i: _attend(i, softmax="zero_fill"),
-    ),
-    Variant(
-        "missing-scale",
-        "the 1/sqrt(d_k) scaling of the scores is missing.",
-        lambda i: _attend(i, scale=False),
-    ),
+    mask_zero_fill(lambda i: _attend(i, softmax="zero_fill")),
+    missing_scale(lambda i: _attend(i, scale=False)),
     Variant(
         "scale-uses-value-size",
         "the scores are divided by the square root of the VALUES' size; d_k "
         "is the size of queries and keys (queries.shape[-1]).",
         lambda i: _attend(i, scale="values"),
     ),
-    Variant(
-        "softmax-axis",
-        "the softmax runs over the queries axis; normalise over the keys (last axis).",
-        lambda i: _attend(i, axis=1),
-    ),
+    softmax_axis(lambda i: _attend(i, axis=1)),
     # d2l-ai/d2l-en#2423 (masked_softmax gives uniform weights to an empty row)
     Variant(
         "uniform-on-empty-rows",

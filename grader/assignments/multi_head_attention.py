@@ -23,6 +23,15 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import rng
+from grader.assignments.mistakes import (
+    inverted_mask,
+    mask_added,
+    mask_ignored,
+    mask_zero_fill,
+    missing_scale,
+    scale_after_softmax,
+    softmax_axis,
+)
 from grader.core import Check, Variant
 from grader.kernel.runners.multi_head_attention import (
     D_MODEL,
@@ -180,11 +189,7 @@ def expected(case: str, inputs: dict) -> dict:
 # anchors and of tutorials built on them).
 VARIANTS = (
     # jadore801120/attention-is-all-you-need-pytorch#42, tunz/transformer-pytorch#8
-    Variant(
-        "missing-scale",
-        "the scores are not divided by sqrt(d_head).",
-        lambda i: _forward(i, scale="none"),
-    ),
+    missing_scale(lambda i: _forward(i, scale="none"), "sqrt(d_head)"),
     # chelsea0x3b/dfdx#171, brightmart/bert_language_understanding#9,
     # jadore801120/attention-is-all-you-need-pytorch#49, omihub777/ViT-CIFAR#11
     Variant(
@@ -194,19 +199,10 @@ VARIANTS = (
         lambda i: _forward(i, scale="d_model"),
     ),
     # FrancescoSaverioZuppichini/ViT#2 and #6: F.softmax(energy) * scaling
-    Variant(
-        "scale-after-softmax",
-        "the 1/sqrt(d_head) scaling is applied to the weights after the "
-        "softmax; it scales the SCORES: softmax(Q_h K_h^T / sqrt(d_head)).",
-        lambda i: _forward(i, scale_after=True),
-    ),
+    scale_after_softmax(lambda i: _forward(i, scale_after=True), "sqrt(d_head)"),
     # labmlai/annotated_deep_learning_paper_implementations#282,
     # jadore801120/attention-is-all-you-need-pytorch#52
-    Variant(
-        "softmax-axis",
-        "the softmax runs over the queries axis; normalise over the keys (last axis).",
-        lambda i: _forward(i, axis=2),
-    ),
+    softmax_axis(lambda i: _forward(i, axis=2)),
     # FudanNLP/fastNLP#254: dim=1 from 3-D code is the heads axis in 4-D
     Variant(
         "softmax-over-heads",
@@ -285,34 +281,12 @@ VARIANTS = (
 
 PADDED = ("padded",)
 MASK_VARIANTS = (
-    Variant(
-        "inverted-mask",
-        "the attention_mask polarity is inverted: True = attend.",
-        lambda i: _forward(i, mask="inverted"),
-    ),
-    Variant(
-        "mask-ignored",
-        "attention_mask is not applied.",
-        lambda i: _forward(i, mask="ignored"),
-    ),
+    inverted_mask(lambda i: _forward(i, mask="inverted")),
+    mask_ignored(lambda i: _forward(i, mask="ignored")),
     # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
-    Variant(
-        "mask-added",
-        "the bool mask is ADDED to the scores (True counts as +1), which "
-        "masks nothing; fill the masked scores with a large negative number "
-        "(masked_fill(~mask, -1e9) / tf.where(mask, scores, -1e9)).",
-        lambda i: _forward(i, mask="added"),
-        cases=PADDED,
-    ),
+    mask_added(lambda i: _forward(i, mask="added"), cases=PADDED),
     # georg-wolflein/good-features#1, hyunwoongko/transformer#10
-    Variant(
-        "mask-zero-fill",
-        "masked scores are set to 0 (or multiplied by the mask), but "
-        "softmax gives a score of 0 the weight exp(0) = 1; fill them with a "
-        "large negative number (-1e9) instead.",
-        lambda i: _forward(i, mask="zero_fill"),
-        cases=PADDED,
-    ),
+    mask_zero_fill(lambda i: _forward(i, mask="zero_fill"), cases=PADDED),
     # hyunwoongko/transformer#32, harvardnlp/annotated-transformer#118 ("Same
     # mask applied to all h heads": mask.unsqueeze(1))
     Variant(

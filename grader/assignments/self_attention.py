@@ -21,6 +21,14 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import rng
+from grader.assignments.mistakes import (
+    inverted_mask,
+    mask_added,
+    mask_ignored,
+    missing_scale,
+    scale_after_softmax,
+    softmax_axis,
+)
 from grader.core import Check, Variant
 from grader.kernel.runners.self_attention import (
     D_K,
@@ -150,11 +158,7 @@ def expected(case: str, inputs: dict) -> dict:
 # anchors and of tutorials built on them).
 FORWARD_VARIANTS = (
     # tunz/transformer-pytorch#8
-    Variant(
-        "missing-scale",
-        "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)).",
-        lambda i: _forward(i, scale="none"),
-    ),
+    missing_scale(lambda i: _forward(i, scale="none")),
     Variant(
         "scale-uses-d_v",
         "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the size "
@@ -175,20 +179,10 @@ FORWARD_VARIANTS = (
         lambda i: _forward(i, scale="d_k_no_sqrt"),
     ),
     # FrancescoSaverioZuppichini/ViT#2 and #6: F.softmax(energy) * scaling
-    Variant(
-        "scale-after-softmax",
-        "the 1/sqrt(d_k) scaling is applied to the weights after the softmax; "
-        "it scales the SCORES: softmax(Q K^T / sqrt(d_k)).",
-        lambda i: _forward(i, scale_after=True),
-    ),
+    scale_after_softmax(lambda i: _forward(i, scale_after=True)),
     # labmlai/annotated_deep_learning_paper_implementations#282,
     # nerminnuraydogan/vision-transformer#1
-    Variant(
-        "softmax-axis",
-        "the softmax runs over the queries axis; each query (row) needs a "
-        "distribution over the keys (last axis).",
-        lambda i: _forward(i, axis=1),
-    ),
+    softmax_axis(lambda i: _forward(i, axis=1)),
     Variant(
         "queries-keys-swapped",
         "queries and keys are swapped (K Q^T instead of Q K^T): row i of the "
@@ -207,26 +201,10 @@ FORWARD_VARIANTS = (
 
 PADDED, CAUSAL = ("padded", "causal_padded"), ("causal", "causal_padded")
 MASK_VARIANTS = (
-    Variant(
-        "inverted-mask",
-        "the attention_mask polarity is inverted: True = attend.",
-        lambda i: _forward(i, mask="inverted"),
-        cases=PADDED,
-    ),
-    Variant(
-        "mask-ignored",
-        "attention_mask is not applied.",
-        lambda i: _forward(i, mask="ignored"),
-        cases=PADDED,
-    ),
+    inverted_mask(lambda i: _forward(i, mask="inverted"), cases=PADDED),
+    mask_ignored(lambda i: _forward(i, mask="ignored"), cases=PADDED),
     # huggingface/transformers#41443, huggingface/pytorch-image-models#2674
-    Variant(
-        "mask-added",
-        "the bool mask is ADDED to the scores (True counts as +1), which "
-        "masks nothing; fill the masked scores with a large negative number.",
-        lambda i: _forward(i, mask="added"),
-        cases=PADDED,
-    ),
+    mask_added(lambda i: _forward(i, mask="added"), cases=PADDED),
     # georg-wolflein/good-features#1, hyunwoongko/transformer#10
     Variant(
         "mask-zero-fill",
