@@ -594,7 +594,7 @@ CASES = [
         "B",
         0,
         0,
-        {"tampered", "suspicious"},
+        {"tampered", "suspicious", "dynamic-code"},  # it imports builtins
         single(notebook(tf=PATCH_BUILTINS, torch=PATCH_IPYTHON)),
         notes=(
             "builtins.AssertionError",
