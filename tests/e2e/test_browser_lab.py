@@ -39,7 +39,6 @@ from support.browser import (  # noqa: E402
     wait_for_http,
 )
 
-pytest_plugins = ["support.browser"]  # fixtures: browser, new_web
 pytestmark = [pytest.mark.browser, *skip_without_browser()]
 
 RUN_TIMEOUT = float(os.environ.get("BROWSER_LAB_RUN_TIMEOUT", "240"))  # seconds

@@ -26,7 +26,6 @@ from support.browser import (  # noqa: E402
     wait_until_settled,
 )
 
-pytest_plugins = ["support.browser"]  # fixtures: browser, new_web, web, site_url
 # `book` too: these tests need the executed build (`make test-fast` skips them).
 pytestmark = [pytest.mark.browser, pytest.mark.book, *skip_without_browser()]
 

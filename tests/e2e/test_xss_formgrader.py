@@ -51,7 +51,6 @@ from support.grading import ROOT, environment, student_solutions  # noqa: E402
 
 from grader import notebooks as nbs  # noqa: E402
 
-pytest_plugins = ["support.browser"]  # fixtures: browser, new_web
 pytestmark = [pytest.mark.browser, *skip_without_browser()]
 
 A = "addressing"

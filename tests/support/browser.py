@@ -15,7 +15,7 @@ go to ``_build/browser-artifacts/screenshots/``.
 Without Chromium or playwright the tests skip locally, and fail when ``CI=true``.
 Use ``CHROMIUM=/path/to/chrome`` to point at another Chromium build.
 
-Test modules load this file as a plugin
+The root conftest loads this file as a plugin
 (``pytest_plugins = ["support.browser"]``), which registers its fixtures
 (``browser``, ``new_web``, ``web``, ``site_url``) and the hook that tells the
 fixtures whether the test failed.
