@@ -47,7 +47,12 @@ from support.browser import (  # noqa: E402
     skip_without_browser,
     wait_for_http,
 )
-from support.grading import ROOT, environment, student_solutions  # noqa: E402
+from support.grading import (  # noqa: E402
+    ROOT,
+    copy_course,
+    environment,
+    student_solutions,
+)
 
 from grader import notebooks as nbs  # noqa: E402
 
@@ -222,12 +227,7 @@ def course(tmp_path_factory):
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
     root = tmp_path_factory.mktemp("xss") / "course"
-    root.mkdir()
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "grader-errors.log")
-    for name in ("attncourse", "grader"):
-        shutil.copytree(ROOT / name, root / name, ignore=ignore)
-    shutil.copytree(ROOT / "solutions" / A, root / "solutions" / A, ignore=ignore)
+    copy_course(root, [A])
     nbs.write(hostile_notebook(), root / "submitted" / STUDENT / A / f"{A}.ipynb")
     start = time.monotonic()
     with open(root / "grade.log", "w") as log:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from support.grading import ROOT, run_in_process, student_solutions
+from support.grading import ROOT, copy_course, run_in_process, student_solutions
 
 from grader import leaks, reference
 from grader import notebooks as nbs
@@ -752,22 +752,7 @@ def case_id(case):
 
 def make_course(dest: Path, course: str, ctx: dict) -> None:
     dest.mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", dest)
-    shutil.copytree(
-        ROOT / "attncourse",
-        dest / "attncourse",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    shutil.copytree(
-        ROOT / "grader",
-        dest / "grader",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    shutil.copytree(
-        ROOT / "solutions" / A,
-        dest / "solutions" / A,
-        ignore=shutil.ignore_patterns("grader-errors.log"),
-    )
+    copy_course(dest, [A])
     for case in CASES:
         if case.course != course:
             continue
@@ -1082,19 +1067,7 @@ def test_without_bubblewrap_nothing_is_graded(graded, tmp_path):
 
 def test_no_sandbox_is_explicit_and_loud(tmp_path):
     root = tmp_path / "empty-course"
-    root.mkdir()
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(
-        ROOT / "attncourse",
-        root / "attncourse",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    shutil.copytree(
-        ROOT / "grader",
-        root / "grader",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    shutil.copytree(ROOT / "solutions" / A, root / "solutions" / A)
+    copy_course(root, [A])
     out = subprocess.run(
         [sys.executable, "-m", "grader", "grade", "--no-sandbox"],
         cwd=root,

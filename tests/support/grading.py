@@ -986,23 +986,8 @@ def run_in_process(assignment, solutions: dict, hidden=True) -> dict:
 def make_course(dest: Path, assignments) -> None:
     """A course copy with these assignments and their submissions."""
     dest.mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", dest)
-    shutil.copytree(
-        ROOT / "attncourse",
-        dest / "attncourse",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    shutil.copytree(
-        ROOT / "grader",
-        dest / "grader",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
+    copy_course(dest, assignments)
     for a in assignments:
-        shutil.copytree(
-            ROOT / "solutions" / a,
-            dest / "solutions" / a,
-            ignore=shutil.ignore_patterns("grader-errors.log"),
-        )
         release = nbs.read(ROOT / "exercises" / a / f"{a}.ipynb")  # the committed one
         students = ["reference", "blank", *STUDENTS]
         if a in WARNING_EDITS:
