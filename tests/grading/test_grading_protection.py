@@ -466,9 +466,11 @@ CASES = [
         "A",
         4,
         0,
-        {"runaway", "suspicious"},
+        {"suspicious"},
         single(notebook(torch="import os\nwhile True:\n    os.fork()\n" + TORCH_OK)),
-        extra={"also": {"timeout"}},
+        # what stops it first depends on the machine: the leftover-process
+        # check, the cell's time limit or the whole-sandbox memory watchdog
+        extra={"also": {"runaway", "timeout", "memory", "crashed"}},
         notes=("torch-solution",),
     ),
     Case(
