@@ -28,8 +28,8 @@ import math
 import numpy as np
 
 from grader import numeric
-from grader.assignments._common import rng
-from grader.core import Check, Variant
+from grader.assignments._common import layer_checks, rng
+from grader.core import Variant
 from grader.kernel.runners.builtin_layers import (
     BATCH,
     BIASES,
@@ -200,38 +200,20 @@ REMINDER = (
     "with queries, keys and values in its own argument order, the mask in its "
     "own polarity, and return the per-head weights."
 )
-CHECKS = {
-    "forward": Check(
-        name="forward",
-        runner=RUNS["forward"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-    ),
-    "masks": Check(
-        name="masks",
-        runner=RUNS["masks"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=MASK_VARIANTS + VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-        hidden=_hidden,
-    ),
-    "gradients": Check(
-        name="gradients",
-        runner=RUNS["gradients"],
-        targets=TARGETS,
-        compare=("grad_queries", "grad_keys", "grad_values"),
-        variants=VARIANTS,
-        case_notes=NOTES,
-        reminder="gradients of sum(outputs * g) must reach the "
-        "queries, keys and values: keep them framework "
-        "tensors (check the forward test first).",
-    ),
-}
+CHECKS = layer_checks(
+    RUNS,
+    TARGETS,
+    variants=VARIANTS,
+    mask_variants=MASK_VARIANTS,
+    notes=NOTES,
+    reminder=REMINDER,
+    grads=("grad_queries", "grad_keys", "grad_values"),
+    grad_reminder="gradients of sum(outputs * g) must reach the "
+    "queries, keys and values: keep them framework "
+    "tensors (check the forward test first).",
+    hidden=_hidden,
+    forward_hidden=False,
+)
 
 
 def crosscheck(case: str, inputs: dict, exp: dict) -> None:

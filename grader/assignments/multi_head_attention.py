@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from grader import numeric
-from grader.assignments._common import rng
+from grader.assignments._common import layer_checks, rng
 from grader.assignments.mistakes import (
     inverted_mask,
     mask_added,
@@ -32,7 +32,7 @@ from grader.assignments.mistakes import (
     scale_after_softmax,
     softmax_axis,
 )
-from grader.core import Check, Variant
+from grader.core import Variant
 from grader.kernel.runners.multi_head_attention import (
     D_MODEL,
     N_K,
@@ -316,38 +316,18 @@ REMINDER = (
     "softmax(Q_h K_h^T / sqrt(d_head)) over keys, concatenate in head order, "
     "multiply by W_o."
 )
-CHECKS = {
-    "forward": Check(
-        name="forward",
-        runner=RUNS["forward"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-        hidden=_hidden,
-    ),
-    "masks": Check(
-        name="masks",
-        runner=RUNS["masks"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=MASK_VARIANTS + VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-        hidden=_hidden,
-    ),
-    "gradients": Check(
-        name="gradients",
-        runner=RUNS["gradients"],
-        targets=TARGETS,
-        compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_W_o"),
-        variants=VARIANTS,
-        case_notes=NOTES,
-        reminder="gradients of sum(outputs * g) must reach all four "
-        "weights (check the forward test first).",
-    ),
-}
+CHECKS = layer_checks(
+    RUNS,
+    TARGETS,
+    variants=VARIANTS,
+    mask_variants=MASK_VARIANTS,
+    notes=NOTES,
+    reminder=REMINDER,
+    grads=("grad_W_q", "grad_W_k", "grad_W_v", "grad_W_o"),
+    grad_reminder="gradients of sum(outputs * g) must reach all four "
+    "weights (check the forward test first).",
+    hidden=_hidden,
+)
 
 
 def crosscheck(case: str, inputs: dict, exp: dict) -> None:

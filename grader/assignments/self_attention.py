@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from grader import numeric
-from grader.assignments._common import rng
+from grader.assignments._common import layer_checks, rng
 from grader.assignments.mistakes import (
     inverted_mask,
     mask_added,
@@ -29,7 +29,7 @@ from grader.assignments.mistakes import (
     scale_after_softmax,
     softmax_axis,
 )
-from grader.core import Check, Variant
+from grader.core import Variant
 from grader.kernel.runners.self_attention import (
     D_K,
     D_V,
@@ -266,38 +266,18 @@ REMINDER = (
     "Q, K, V = X W_q, X W_k, X W_v; softmax(Q K^T / sqrt(d_k)) over keys, "
     "masked where attention_mask is False or (causal) key j > query i."
 )
-CHECKS = {
-    "forward": Check(
-        name="forward",
-        runner=RUNS["forward"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=FORWARD_VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-        hidden=_hidden,
-    ),
-    "masks": Check(
-        name="masks",
-        runner=RUNS["masks"],
-        targets=TARGETS,
-        compare=("weights", "outputs"),
-        variants=MASK_VARIANTS + FORWARD_VARIANTS,
-        case_notes=NOTES,
-        reminder=REMINDER,
-        hidden=_hidden,
-    ),
-    "gradients": Check(
-        name="gradients",
-        runner=RUNS["gradients"],
-        targets=TARGETS,
-        compare=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
-        variants=FORWARD_VARIANTS,
-        case_notes=NOTES,
-        reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
-        "W_v and the inputs (check the forward test first).",
-    ),
-}
+CHECKS = layer_checks(
+    RUNS,
+    TARGETS,
+    variants=FORWARD_VARIANTS,
+    mask_variants=MASK_VARIANTS,
+    notes=NOTES,
+    reminder=REMINDER,
+    grads=("grad_W_q", "grad_W_k", "grad_W_v", "grad_inputs"),
+    grad_reminder="gradients of sum(outputs * g) must flow to W_q, W_k, "
+    "W_v and the inputs (check the forward test first).",
+    hidden=_hidden,
+)
 
 
 def crosscheck(case: str, inputs: dict, exp: dict) -> None:
