@@ -850,7 +850,7 @@ class Watchdog(threading.Thread):
             self.peak_memory, self.peak_processes = used, len(pids)
         if self.limit and used > self.limit:
             return "memory", (
-                f"the kernel's {len(pids)} processes used {used / GiB:.1f} GiB of "
+                f"the kernel's {len(pids)} processes used {used / GiB:.2f} GiB of "
                 f"memory together (limit {self.limit / GiB:g} GiB) and were killed"
             )
         if self.sockets is None:

@@ -251,7 +251,11 @@ def test_the_forked_children_were_killed_together(graded):
     assert "ALL CHILDREN DONE" not in text and "processes used" in text, text
     notes = "\n".join(graded["report"]["forked-memory"]["notes"])
     used = [float(g) for g in re.findall(r"processes used ([\d.]+) GiB", notes)]
-    assert used and 4 < max(used) < 8, notes
+    # The watchdog kills once the total passes the limit, so the figure it
+    # prints (rounded to 0.01 GiB) is at least the limit: no child alone
+    # came near it (700 MB each), only the processes counted together.
+    limit = sandbox.Limits.total_memory / 2**30
+    assert used and limit <= max(used) < 2 * limit, notes
 
 
 def test_the_reference_kernel_stays_far_below_the_limits(graded):
