@@ -6,6 +6,7 @@ notebook runs. It is the slowest test; `make test-fast` skips it.
 
 import json
 import re
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -102,7 +103,8 @@ def test_mathjax_is_served_locally(site):
     mathjax = [s for s in sources if "mathjax" in s.lower()]
     assert mathjax and all(not EXTERNAL.match(s) for s in mathjax), sources
     local = (site / "book" / mathjax[0]).resolve()
-    assert local.is_file() and local.stat().st_size > 100_000
+    # startup.js (the loader; offline_assets.py), or a combined component
+    assert local.is_file() and local.stat().st_size > 20_000
     fonts = list(
         (site / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff")
     )
@@ -179,3 +181,46 @@ def test_cjk_web_font_covers_the_sites_chinese(site):
     assert not missing, f"characters without a glyph in the web font: {missing}"
     css = (site / "_static" / "cjk-webfont.css").read_text()
     assert "unicode-range" in css and "--pst-font-family-base: 'Course CJK'" in css
+
+
+FIRST_LOAD_LIMIT = 3_000_000  # bytes: a page's first load with everything it pulls
+
+
+def mathjax_first_load(site: Path) -> tuple[int, list[str]]:
+    """Bytes MathJax fetches on a page with math, beyond its entry script: core,
+    the components the pages' config loads (offline_assets.LOAD), CHTML's font
+    data, and (an upper bound) every CHTML woff font."""
+    import offline_assets  # book/_ext is on sys.path (support.book)
+
+    root = site / "_static" / offline_assets.TARGET
+    files = [root / "core.js", root / "output/chtml/fonts/tex.js"]
+    files += [root / f"{name}.js" for name in offline_assets.LOAD]
+    files += sorted((root / "output/chtml/fonts").rglob("*.woff"))
+    missing = [str(f.relative_to(site)) for f in files if not f.is_file()]
+    return sum(f.stat().st_size for f in files if f.is_file()), missing
+
+
+def test_every_page_first_load_is_at_most_3_mb(site):
+    """HTML + images + stylesheets (and their @imports) + scripts + every
+    @font-face font those stylesheets declare (counted whether used or not) +
+    what MathJax loads by itself, as bench/book_build.py measures it: <= 3 MB.
+    The browser's own count is test_browser_site.py::test_first_load_bytes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import measure
+
+    weights = measure.site_weights(site)
+    extra, missing = mathjax_first_load(site)
+    assert not missing, f"MathJax parts the pages load are missing: {missing}"
+    heavy = {}
+    for page in weights["pages"]:
+        assert not page["missing"], f"{page['page']} loads missing files"
+        total = page["total_bytes"] + (extra if page["loads_mathjax"] else 0)
+        if total > FIRST_LOAD_LIMIT:
+            heavy[page["page"]] = {
+                "total": total,
+                **{k: v for k, v in page.items() if k.endswith("_bytes")},
+            }
+    assert weights["pages"], "no pages measured"
+    assert not heavy, json.dumps(heavy, indent=1)
+    scripts = [a["file"] for a in weights["assets"] if "fontawesome" in a["file"]]
+    assert not scripts, f"pages still load Font Awesome's JS: {scripts}"

@@ -9,6 +9,7 @@ and layouts that fit a phone. The book is the session's shared build (the
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -366,3 +367,147 @@ def test_screenshot_and_no_horizontal_overflow(new_web, site_url, doc, viewport)
         f"innerWidth {sizes['inner']}; elements past the edge: {widest}"
     )
     assert_clean(web, f"{doc} at {width}px", loads=False)
+
+
+# --------------------------------------------------------------------------
+# diagrams (book/figures/*.svg) in light and dark mode, icons, page weight
+
+FIGURE_DIRECTIVE = re.compile(r"^```\{figure\}\s+figures/([\w-]+\.svg)", re.M)
+
+
+def figure_docs() -> list[str]:
+    return [d for d in DOCS if FIGURE_DIRECTIVE.search(source_path(d).read_text())]
+
+
+def test_some_pages_show_diagrams():
+    """So the two tests below cannot pass by having nothing to check."""
+    assert figure_docs(), "no page of the book shows a book/figures/*.svg diagram"
+
+
+def luminance(rgb):
+    """WCAG relative luminance of an (..., 3) array of 0-255 sRGB values."""
+    import numpy as np
+
+    c = np.asarray(rgb, float) / 255
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return c @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def figure_contrast(img) -> dict:
+    """Card and ink luminance of a figure as the reader sees it (a screenshot of
+    the <img>, theme filters included) and their WCAG contrast ratio."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(img.screenshot())).convert("RGB"))
+    lum = luminance(pixels.reshape(-1, 3))
+    card, ink = float(np.percentile(lum, 60)), float(np.percentile(lum, 0.5))
+    return {"card": card, "ink": ink, "ratio": (card + 0.05) / (ink + 0.05)}
+
+
+@pytest.mark.parametrize("doc", figure_docs() or ["(no page shows a diagram)"])
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_diagrams_load_and_read_in_both_modes(new_web, site_url, doc, mode):
+    assert doc in DOCS, doc
+    wanted = FIGURE_DIRECTIVE.findall(source_path(doc).read_text())
+    web = new_web(label=mode)
+    web.page.emulate_media(color_scheme=mode)  # default_mode auto follows it
+    page = open_page(web, site_url, doc)
+    assert page.locator("html").get_attribute("data-theme") == mode
+    background = luminance(
+        page.evaluate(
+            """() => getComputedStyle(document.body).backgroundColor
+                 .match(/\\d+/g).slice(0, 3).map(Number)"""
+        )
+    )
+    assert (background < 0.1) if mode == "dark" else (background > 0.8), background
+    images = page.locator("article figure img, main figure img")
+    shown = images.evaluate_all(
+        """imgs => imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete,
+             width: i.naturalWidth, box: i.getBoundingClientRect().width}))"""
+    )
+    names = sorted(Path(i["src"]).name for i in shown if i["src"].endswith(".svg"))
+    assert names == sorted(wanted), f"{doc}: figures shown {names}, wanted {wanted}"
+    problems = [i for i in shown if not (i["ok"] and i["width"] > 0)]
+    assert not problems, f"{doc} ({mode}): figures did not load: {problems}"
+    narrow = [i for i in shown if i["box"] < 500]  # 1280 px window, width 100%
+    assert not narrow, f"{doc} ({mode}): figures drawn too small: {narrow}"
+    for index in range(images.count()):
+        img = images.nth(index)
+        img.scroll_into_view_if_needed()
+        found = figure_contrast(img)
+        where = f"{doc} ({mode}) {shown[index]['src']}: {found}"
+        assert found["card"] > 0.5, f"the figure's background is dark: {where}"
+        assert found["ratio"] >= 4.5, f"dark-on-dark or faint ink: {where}"
+    assert_clean(web, f"{doc} in {mode} mode", loads=False)
+
+
+def test_icons_render_without_font_awesome_js(web, site_url):
+    """The theme's icons (search, theme switch, menus, download, arrows) come from
+    the Font Awesome web font subset (site_fixes.py), not from fontawesome.js."""
+    page = open_page(web, site_url, CHAPTERS[0] if CHAPTERS else DOCS[0])
+    assert not [r for r in web.log.requests if "fontawesome" in r.lower()]
+    icons = page.evaluate(
+        """() => [...document.querySelectorAll('i[class*="fa-"], span[class*="fa-"]')]
+          .filter(e => e.checkVisibility())
+          .map(e => {
+            const before = getComputedStyle(e, '::before');
+            return {cls: e.className, content: before.content,
+                    font: before.fontFamily, width: e.getBoundingClientRect().width};
+          })"""
+    )
+    assert len(icons) >= 5, f"too few visible icons: {icons}"
+    bad = [
+        i
+        for i in icons
+        if i["content"] in ("none", "normal", '""')
+        or "Font Awesome" not in i["font"]
+        or i["width"] < 4
+    ]
+    assert not bad, f"icons without a glyph: {bad}"
+    faces = page.evaluate(
+        """() => [...document.fonts].filter(f => /Font Awesome/.test(f.family))
+                   .filter(f => f.status === 'loaded').map(f => f.weight)"""
+    )
+    assert "900" in faces, f"the solid icon font did not load: {faces}"
+    # the glyphs are real: the subset has the sun icon (theme switch)
+    assert page.evaluate(
+        """() => document.fonts.check('900 16px "Font Awesome 6 Free"', '\\uf185')"""
+    )
+    assert_clean(web, "icons", loads=False)
+
+
+FIRST_LOAD_LIMIT = 3_000_000
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_first_load_bytes(new_web, site_url, doc):
+    """Everything the browser fetches for a fresh visit without interaction (the
+    page, its CSS, JS, fonts, images, MathJax's components and fonts), summed
+    from the Resource Timing API: <= 3 MB."""
+    web = new_web()
+    page = open_page(web, site_url, doc)
+    page.wait_for_load_state("networkidle")
+    got = page.evaluate(
+        """() => {
+          const nav = performance.getEntriesByType('navigation')[0];
+          const res = performance.getEntriesByType('resource');
+          return {page: nav.encodedBodySize,
+                  // the browser asks for /favicon.ico; the site has none (404)
+                  files: res.filter(r => !r.name.endsWith('/favicon.ico'))
+                            .map(r => [r.name, r.encodedBodySize, r.initiatorType]),
+                  full: performance.getEntriesByType('resource').length >= 250};
+        }"""
+    )
+    assert not got["full"], "the resource timing buffer filled up: count is short"
+    total = got["page"] + sum(size for _, size, _ in got["files"])
+    biggest = sorted(got["files"], key=lambda f: -f[1])[:8]
+    print(f"\n{doc}: first load {total / 1e6:.2f} MB ({len(got['files'])} files)")
+    unsized = [n for n, size, _ in got["files"] if n.startswith(site_url) and not size]
+    assert got["page"] > 0 and not unsized, f"files without a size: {unsized}"
+    assert total <= FIRST_LOAD_LIMIT, (
+        f"{doc}: first load {total / 1e6:.2f} MB > 3 MB; largest: {biggest}"
+    )
+    assert_clean(web, doc, loads=False)

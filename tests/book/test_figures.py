@@ -1,0 +1,129 @@
+"""The book's diagrams: book/figures/draw.py draws every committed SVG, byte for
+byte, and each SVG is self-contained (loads nothing, needs no font), keeps its own
+light card (readable in dark mode) and is shown by some chapter."""
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from support.book import ROOT
+
+FIGURES = ROOT / "book" / "figures"
+NAMES = [
+    "addressing-qkv",
+    "scoring-three-steps",
+    "soft-vs-hard",
+    "masks-padding-causal",
+    "self-attention",
+    "seq2seq-two-styles",
+    "cross-attention",
+    "multihead-split-merge",
+    "builtin-mask-polarity",
+    "attention-cost-tiles",
+]
+SVG = "{http://www.w3.org/2000/svg}"
+XLINK = "{http://www.w3.org/1999/xlink}"
+
+
+def committed() -> list[str]:
+    return sorted(p.stem for p in FIGURES.glob("*.svg"))
+
+
+@pytest.fixture(scope="module")
+def redrawn(tmp_path_factory):
+    out = tmp_path_factory.mktemp("figures")
+    proc = subprocess.run(
+        [sys.executable, str(FIGURES / "draw.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "missing from font" not in proc.stderr, proc.stderr[-2000:]
+    return out
+
+
+def test_the_figures_are_the_named_ones():
+    assert committed() == sorted(NAMES)
+
+
+def test_draw_py_reproduces_every_committed_svg(redrawn):
+    drawn = sorted(p.stem for p in redrawn.glob("*.svg"))
+    assert drawn == committed()
+    stale = [
+        name
+        for name in drawn
+        if (redrawn / f"{name}.svg").read_bytes()
+        != (FIGURES / f"{name}.svg").read_bytes()
+    ]
+    # (the committed files were drawn by another process: equal bytes also show
+    # that the output has no dates, random ids or machine paths)
+    assert not stale, (
+        f"committed SVGs differ from what draw.py draws: {stale}; "
+        "run .venv/bin/python book/figures/draw.py"
+    )
+
+
+def path_box(d: str) -> tuple[float, float, float, float]:
+    numbers = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", d)]
+    xs, ys = numbers[0::2], numbers[1::2]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_svg_is_self_contained(name):
+    path = FIGURES / f"{name}.svg"
+    text = path.read_text(encoding="utf-8")
+    root = ET.fromstring(text)  # well-formed XML
+    assert root.tag == f"{SVG}svg"
+    view = [float(v) for v in root.get("viewBox", "").split()]
+    assert len(view) == 4 and view[2] > 0 and view[3] > 0, "no usable viewBox"
+    # about 700-900 px wide before the page scales it (1 pt = 4/3 px)
+    assert 700 <= view[2] * 4 / 3 <= 900, view
+    tags = {el.tag.removeprefix(SVG) for el in root.iter()}
+    assert not tags & {"image", "script", "foreignObject", "text", "font"}, tags
+    for el in root.iter():
+        for attr, value in el.attrib.items():
+            if attr in ("href", f"{XLINK}href"):
+                assert value.startswith("#"), f"{name}: {attr}={value}"
+            for url in re.findall(r"url\(([^)]*)\)", value):
+                assert url.strip("'\" ").startswith("#"), f"{name}: url({url})"
+    # no URL anywhere, except the two namespace names
+    rest = re.sub(r'xmlns(:\w+)?="[^"]*"', "", text)
+    assert not re.search(r"https?:|file:|//[a-z]", rest, re.I), name
+    assert "<!DOCTYPE" not in text and "<metadata" not in text
+    assert "@import" not in text and "@font-face" not in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_svg_draws_its_own_light_card(name):
+    """An <img> SVG cannot see the site's dark mode: the first thing drawn is an
+    opaque white card over (nearly) the whole picture, so dark ink never lands on
+    the dark page."""
+    root = ET.fromstring((FIGURES / f"{name}.svg").read_bytes())
+    _, _, width, height = (float(v) for v in root.get("viewBox").split())
+    filled = [
+        el
+        for el in root.iter(f"{SVG}path")
+        if re.search(r"fill:\s*#[0-9a-f]{6}", el.get("style", ""))
+    ]
+    assert filled, f"{name}: nothing filled"
+    card = filled[0]
+    assert re.search(r"fill:\s*#ffffff", card.get("style")), card.get("style")
+    assert "opacity" not in card.get("style")
+    x0, y0, x1, y1 = path_box(card.get("d"))
+    assert x1 - x0 >= 0.98 * width and y1 - y0 >= 0.98 * height, (x0, y0, x1, y1)
+
+
+def test_every_figure_is_shown_by_a_chapter():
+    """Each SVG is inserted with ```{figure} figures/<name>.svg``` somewhere."""
+    sources = "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "book").glob("*.md")
+    )
+    used = set(re.findall(r"```\{figure\}\s+figures/([\w-]+)\.svg", sources))
+    unused = sorted(set(committed()) - used)
+    assert not unused, f"figures no chapter shows: {unused}"
+    missing = sorted(used - set(committed()))
+    assert not missing, f"chapters show figures that do not exist: {missing}"
