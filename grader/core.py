@@ -293,7 +293,7 @@ def _mismatch(check, who, key, obs, exp, inputs, where, variant) -> GradingError
     """Values differ: the likely mistake if one matches, else what differs."""
     shown = obs.astype(exp.dtype) if exp.dtype.kind in "biu" else obs
     msg = (
-        f"{who}: {_label(key)} do not match the reference ({where}): "
+        f"{who}: mismatch in {_label(key)} against the reference ({where}): "
         f"{_describe_difference(shown, exp, key)}."
     )
     if variant is not None:

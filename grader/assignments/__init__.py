@@ -13,6 +13,7 @@ ASSIGNMENTS = {
     "soft-hard-attention": "soft_hard_attention",
     "key-value-masking": "key_value_masking",
     "self-attention": "self_attention",
+    "cross-attention-seq2seq": "cross_attention_seq2seq",
     "multi-head-attention": "multi_head_attention",
     "builtin-layers": "builtin_layers",
 }

@@ -36,7 +36,6 @@ NOT_CHAPTERS = {"book/index", "book/exercises", "book/glossary"}
 # Chapters whose assignment does not exist yet: their Exercise section must say
 # plainly that it is not graded. Remove a slug once solutions/<slug>/ exists.
 UNGRADED = {
-    "cross-attention-seq2seq": "no nbgrader assignment yet",
     "attention-cost": "no nbgrader assignment yet",
 }
 EXTRA_OK = re.compile(r"not graded|^glossary", re.I)  # other admonitions allowed

@@ -550,6 +550,17 @@ def test_reference_numbers_by_binary_search():
     assert leaks.close_to(many, ref).size > 0
 
 
+def test_round_numbers_are_not_leaks():
+    # A tanh state of 0.99995 in the reference is within rtol of the row sums
+    # 1.0000 an honest visible test prints; its digits, 0.9999(5), are a leak.
+    ref = np.array([0.99995, -0.25001, 0.123456])
+    page = "row sums 1.0000 1.0000, uniform -0.2500, mean 0.1235"
+    assert leaks.scan_text(page, {}, ref, "p") == []
+    for leaked in ("0.99995", "-0.25001", "0.123456"):
+        found = leaks.scan_text(f"{page} {leaked}", {}, ref, "p")
+        assert found == [f"p: a reference number appears ({float(leaked)!r})"]
+
+
 def test_own_text_is_not_a_leak():
     secrets = {"hidden": [HIDDEN_LINE, 'check("addressing", "soft_lookup", "tf")']}
     page = f"{HIDDEN_LINE}\nresult 0.123456\n"
@@ -782,6 +793,7 @@ def test_dynamic_access_is_flagged(code, expected):
         "soft-hard-attention",
         "key-value-masking",
         "self-attention",
+        "cross-attention-seq2seq",
         "multi-head-attention",
         "builtin-layers",
     ],

@@ -595,6 +595,194 @@ BUGS = (
         ],
         says="transpose only the last two axes of the keys",
     ),
+    # --------------------------------------------------- cross-attention-seq2seq
+    B(
+        "cross-attention-seq2seq",
+        "bug1",
+        "tf",
+        [
+            (
+                "        if src_mask is not None:\n"
+                "            scores = tf.where(src_mask, scores, -1e9)"
+                "  # padding: no weight\n",
+                "",
+            )
+        ],
+        ["tf-visible", "tf-hidden-masks"],
+        "mask-ignored",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug1",
+        "torch",
+        [("q = prev_state @ self.W_q", "q = embedded @ self.W_q")],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "query-from-embedding",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug2",
+        "tf",
+        [("                        + tf.matmul(context, self.W_c)\n", "")],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "context-missing",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug2",
+        "torch",
+        [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=0)")],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "softmax-over-batch",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug3",
+        "tf",
+        [("features = tf.tanh(q[:, None, :] + k)", "features = q[:, None, :] + k")],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "missing-tanh",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug3",
+        "torch",
+        [("masked_fill(~src_mask, -1e9)", "masked_fill(src_mask, -1e9)")],
+        ["torch-visible", "torch-hidden-masks"],
+        "inverted-mask",
+    ),
+    # the TF tutorial's (batch, src_len, 1) scores, softmax over the last axis
+    B(
+        "cross-attention-seq2seq",
+        "bug4",
+        "tf",
+        [
+            (
+                "scores = tf.reduce_sum(features * self.w_v, axis=-1)",
+                "scores = tf.matmul(features, self.w_v[:, None])",
+            ),
+            (
+                "tf.where(src_mask, scores, -1e9)",
+                "tf.where(src_mask[:, :, None], scores, -1e9)",
+            ),
+            (
+                "context = tf.reduce_sum(weights[:, :, None] * enc_outputs, axis=1)",
+                "context = tf.reduce_sum(weights * enc_outputs, axis=1)\n"
+                "        weights = weights[:, :, 0]",
+            ),
+        ],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "softmax-over-size-1-axis",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug4",
+        "torch",
+        [("\n" + " " * 27 + "+ prev_state @ self.W_s", "")],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "previous-state-ignored",
+    ),
+    # Luong's order (update, then attend with s_t) in a Bahdanau step
+    B(
+        "cross-attention-seq2seq",
+        "bug5",
+        "tf",
+        [
+            (
+                "q = tf.matmul(prev_state, self.W_q)",
+                "state = tf.tanh(tf.matmul(embedded, self.W_e)\n"
+                "                        + tf.matmul(prev_state, self.W_s) + self.b)\n"
+                "        q = tf.matmul(state, self.W_q)",
+            ),
+            (
+                "        state = tf.tanh(tf.matmul(embedded, self.W_e)\n"
+                "                        + tf.matmul(context, self.W_c)\n"
+                "                        + tf.matmul(prev_state, self.W_s) + self.b)\n",
+                "",
+            ),
+        ],
+        ["tf-visible", "tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "query-from-new-state",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug5",
+        "torch",
+        [
+            (
+                "        if src_mask is not None:\n"
+                "            scores = scores.masked_fill(~src_mask, -1e9)"
+                "  # padding: no weight\n",
+                "",
+            ),
+            (
+                "weights = torch.softmax(scores, dim=-1)",
+                "weights = torch.softmax(scores, dim=-1)\n"
+                "        if src_mask is not None:\n"
+                "            weights = weights * src_mask",
+            ),
+        ],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-after-softmax",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug6",
+        "tf",
+        [("tf.where(src_mask, scores, -1e9)", "tf.where(src_mask, scores, 0.0)")],
+        ["tf-visible", "tf-hidden-masks"],
+        "mask-zero-fill",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug6",
+        "torch",
+        [("scores.masked_fill(~src_mask, -1e9)", "scores + src_mask")],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-added",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug7",
+        "tf",
+        [
+            ('"W_c": (enc_dim, hidden_dim),', '"W_c": (hidden_dim, enc_dim),'),
+            (
+                "tf.matmul(context, self.W_c)",
+                "tf.matmul(context, self.W_c, transpose_b=True)",
+            ),
+        ],
+        ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
+        "transposed-weights",
+    ),
+    B(
+        "cross-attention-seq2seq",
+        "bug7",
+        "torch",
+        [
+            (
+                "self.W_q = nn.Parameter(torch.empty(hidden_dim, attn_dim))",
+                "self.W_q = torch.empty(hidden_dim, attn_dim)",
+            )
+        ],
+        [
+            "torch-visible",
+            "torch-hidden-forward",
+            "torch-hidden-masks",
+            "torch-hidden-gradients",
+        ],
+        "not-a-parameter",
+    ),
     # ---------------------------------------------------------------- multi-head
     B(
         "multi-head-attention",
