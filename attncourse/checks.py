@@ -355,6 +355,23 @@ ATTENTIONS = ("scaled_dot", "bahdanau", "luong_dot", "luong_general", "location"
 SEED_NOTES_NAMES = {"style1": "scaled_dot", "style2": "location"}
 
 
+def encoder_dims(vocab_size, embed_dim, hidden_dim, bidirectional) -> None:
+    """Positive sizes; a bidirectional encoder splits an even hidden_dim."""
+    for name, d in (
+        ("vocab_size", vocab_size),
+        ("embed_dim", embed_dim),
+        ("hidden_dim", hidden_dim),
+    ):
+        check_positive(name, d)
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be True or False, got {bidirectional!r}")
+    if bidirectional and hidden_dim % 2:
+        raise ValueError(
+            f"a bidirectional encoder gives each direction hidden_dim // 2 "
+            f"units, so hidden_dim must be even, got {hidden_dim}"
+        )
+
+
 def check_attention(attention: str, max_src_len) -> None:
     """A known decoder attention type; "location" needs max_src_len."""
     if attention not in ATTENTIONS:
@@ -432,15 +449,6 @@ def check_mask_heads(mask_heads: int, num_heads: int) -> None:
         )
 
 
-def check_shared_heads(mask4: Shape, api: str) -> None:
-    """APIs such as Keras MultiHeadAttention take one mask for all heads."""
-    if mask4[1] != 1:
-        raise ValueError(
-            f"{api} applies one mask to all heads, got a per-head mask "
-            f"(batch, heads, n_q, n_k) = {mask4}"
-        )
-
-
 # --- one validation call per library function --------------------------------
 # Each takes the arguments already converted to the framework's tensors (NumPy
 # arrays, TF tensors, torch tensors: anything with .shape and .dtype).
@@ -501,10 +509,23 @@ def sequence_mask_inputs(valid_lens, num_keys) -> None:
     check_count("num_keys", num_keys)
 
 
-def causal_mask_inputs(num_queries, num_keys) -> None:
-    """Both sizes are ints >= 0."""
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+
+
+def check_causal_align(align) -> None:
+    """align names where the causal triangle sits: top_left or bottom_right."""
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNS:
+        raise ValueError(
+            f"align must be 'top_left' (query i sees keys 0..i) or 'bottom_right' "
+            f"(query i sees keys 0..i + num_keys - num_queries), got {align!r}"
+        )
+
+
+def causal_mask_inputs(num_queries, num_keys, align="top_left") -> None:
+    """Both sizes are ints >= 0; align is one of CAUSAL_ALIGNS."""
     check_count("num_queries", num_queries)
     check_count("num_keys", num_keys)
+    check_causal_align(align)
 
 
 def soft_attention_inputs(scores, values) -> None:

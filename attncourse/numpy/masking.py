@@ -2,7 +2,7 @@
 
 Masks broadcast, right-aligned, to the scores' shape (batch, num_queries,
 num_keys): a key padding mask is (batch, 1, num_keys), a causal mask
-(num_queries, num_keys).
+(num_queries, num_keys), aligned top-left (the default) or bottom-right.
 """
 
 import numpy as np
@@ -26,15 +26,20 @@ def sequence_mask(valid_lens, num_keys):
     return np.arange(num_keys) < valid_lens[..., None]
 
 
-def causal_mask(num_queries, num_keys=None):
-    """(num_queries, num_keys) bool mask, True where key j <= query i.
+def causal_mask(num_queries, num_keys=None, *, align="top_left"):
+    """(num_queries, num_keys) bool mask, True where query i may see key j.
 
-    num_keys defaults to num_queries. Query i may attend to keys 0..i only
-    (the diagonal included), so no position sees the future.
+    num_keys defaults to num_queries. align="top_left": key j <= query i, so
+    query i sees keys 0..i (the diagonal included) and no position sees the
+    future. align="bottom_right": j <= i + (num_keys - num_queries), for
+    queries that are the LAST num_queries positions of the keys' sequence
+    (a decoder with a KV cache); with num_keys == num_queries both agree.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    checks.causal_mask_inputs(num_queries, num_keys)
-    return np.arange(num_keys)[None, :] <= np.arange(num_queries)[:, None]
+    checks.causal_mask_inputs(num_queries, num_keys, align)
+    shift = int(num_keys) - int(num_queries) if align == "bottom_right" else 0
+    queries = np.arange(num_queries)[:, None] + shift
+    return np.arange(num_keys)[None, :] <= queries
 
 
 def masked_softmax(scores, mask=None):

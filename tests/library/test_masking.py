@@ -162,3 +162,142 @@ def test_fully_masked_row_gradient_is_finite_zero():
     ):
         assert np.all(np.isfinite(grads[0]))
         np.testing.assert_array_equal(grads[0][0, 1], 0.0)
+
+
+# --- causal alignment: top-left (default) and bottom-right (KV cache) --------
+
+SHAPES = [(1, 1), (3, 3), (2, 5), (1, 4), (5, 2)]
+
+
+def test_causal_mask_bottom_right_reference():
+    np.testing.assert_array_equal(
+        anp.causal_mask(2, 4, align="bottom_right"), [[1, 1, 1, 0], [1, 1, 1, 1]]
+    )
+    np.testing.assert_array_equal(  # more queries than keys: leading rows see none
+        anp.causal_mask(4, 2, align="bottom_right"),
+        [[0, 0], [0, 0], [1, 0], [1, 1]],
+    )
+    for n in (1, 4):  # square: the two alignments are the same triangle
+        np.testing.assert_array_equal(
+            anp.causal_mask(n, align="bottom_right"), anp.causal_mask(n)
+        )
+    assert (
+        anp.causal_mask(2, 4, align="top_left").tolist()
+        == anp.causal_mask(2, 4).tolist()
+    )
+
+
+@pytest.mark.parametrize("fw", FW)
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("nq,nk", SHAPES)
+def test_causal_mask_align_parity(fw, align, nq, nk):
+    mod, _ = FW[fw]
+    got = mod.causal_mask(nq, nk, align=align)
+    assert dtype_name(got) == "bool"
+    np.testing.assert_array_equal(to_np(got), anp.causal_mask(nq, nk, align=align))
+
+
+@pytest.mark.parametrize("mod", [anp, atf, atorch], ids=["numpy", "tf", "torch"])
+@pytest.mark.parametrize("align", ["bottom-right", "lower_right", None, 1])
+def test_causal_mask_bad_align_names_it(mod, align):
+    with pytest.raises(ValueError, match="align must be 'top_left'"):
+        mod.causal_mask(2, 3, align=align)
+
+
+@pytest.mark.parametrize("nq,nk", SHAPES)
+def test_causal_mask_matches_torch_causal_bias(nq, nk):
+    """torch.nn.attention.bias: causal_upper_left = ours top_left and
+    causal_lower_right = ours bottom_right, read from what SDPA does with them:
+    with one-hot values the output IS the weight matrix, > 0 where attended."""
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    rng = np.random.default_rng(nq * 10 + nk)
+    q = torch.tensor(rng.normal(size=(1, 1, nq, 4)))
+    k = torch.tensor(rng.normal(size=(1, 1, nk, 4)))
+    one_hot = torch.eye(nk, dtype=q.dtype)[None, None]
+    for bias, align in (
+        (causal_upper_left, "top_left"),
+        (causal_lower_right, "bottom_right"),
+    ):
+        with warnings.catch_warnings():  # lower-right, nq > nk: NaN rows, warned
+            warnings.simplefilter("ignore", UserWarning)
+            weights = F.scaled_dot_product_attention(
+                q, k, one_hot, attn_mask=bias(nq, nk)
+            )[0, 0]
+        attended = (weights > 0).numpy()  # NaN (no key at all) compares False
+        np.testing.assert_array_equal(
+            attended, anp.causal_mask(nq, nk, align=align), err_msg=align
+        )
+
+
+def _qkv(nq, nk, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(1, n, 4)).astype(np.float32) for n in (nq, nk, nk)]
+
+
+@pytest.mark.parametrize("nq,nk", [(2, 5), (1, 4), (3, 3)])
+def test_sdpa_is_causal_is_top_left(nq, nk):
+    """F.scaled_dot_product_attention(is_causal=True) = our default alignment,
+    and differs from bottom_right whenever nq < nk."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.tensor(x) for x in _qkv(nq, nk))
+    flag = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    top_left = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=atorch.causal_mask(nq, nk)
+    )
+    bottom_right = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=atorch.causal_mask(nq, nk, align="bottom_right")
+    )
+    assert_close(flag, top_left)
+    if nq < nk:
+        assert to_np((flag - bottom_right).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("nq,nk", [(2, 5), (1, 4), (3, 3)])
+def test_keras_is_causal_is_top_left(nq, nk):
+    """keras.ops.dot_product_attention(is_causal=True) and
+    MultiHeadAttention(use_causal_mask=True) are top-left aligned too."""
+    import keras
+
+    q, k, v = (x[:, :, None] for x in _qkv(nq, nk))  # (batch, n, heads=1, d)
+    flag = keras.ops.dot_product_attention(q, k, v, is_causal=True)
+    for align, same in (("top_left", True), ("bottom_right", nq == nk)):
+        mask = tf.constant(anp.causal_mask(nq, nk, align=align)[None, None])
+        masked = keras.ops.dot_product_attention(q, k, v, mask=mask)
+        gap = float(np.abs(to_np(flag) - to_np(masked)).max())
+        assert (gap < 1e-5) == same, (align, gap)
+    mha = keras.layers.MultiHeadAttention(num_heads=1, key_dim=4)
+    x_q, x_k = tf.constant(q[:, :, 0]), tf.constant(k[:, :, 0])
+    flag = mha(x_q, x_k, use_causal_mask=True)
+    masked = mha(x_q, x_k, attention_mask=anp.causal_mask(nq, nk)[None])
+    assert_close(flag, masked)
+
+
+def test_bottom_right_is_what_a_kv_cache_decoder_needs():
+    """The last nq rows of causal self-attention over n tokens equal nq new
+    queries over all n cached keys with a bottom-right mask, not top-left."""
+    n, nq = 6, 2
+    x = np.random.default_rng(3).normal(size=(1, n, 4))
+    full = anp.key_value_attention(
+        x, x, x, anp.scaled_dot_score, mask=anp.causal_mask(n)
+    )[0]
+    for mod, conv in [(anp, np.asarray), *FW.values()]:
+        xs, new = conv(x), conv(x[:, -nq:])
+        cached = mod.key_value_attention(
+            new,
+            xs,
+            xs,
+            mod.scaled_dot_score,
+            mask=mod.causal_mask(nq, n, align="bottom_right"),
+        )[0]
+        assert_close(cached, full[:, -nq:], what=mod.__name__)
+        wrong = mod.key_value_attention(
+            new, xs, xs, mod.scaled_dot_score, mask=mod.causal_mask(nq, n)
+        )[0]
+        assert np.abs(to_np(wrong) - full[:, -nq:]).max() > 1e-2
