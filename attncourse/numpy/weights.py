@@ -249,18 +249,33 @@ def _mask_4d(mask):
     return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
 
 
-def to_keras_mask(mask):
+def to_keras_mask(mask, num_heads=None):
     """Our mask -> keras.layers.MultiHeadAttention's attention_mask.
 
-    Keras also means True = attend, so only the shape changes: (batch|1,
-    n_q|1, n_k), one mask shared by all heads (Keras broadcasts it). A
-    per-head mask cannot be expressed and raises ValueError.
+    Keras also means True = attend, so only the shape changes. A mask shared
+    by all heads becomes (batch|1, n_q|1, n_k); Keras adds the head axis. A
+    per-head mask (batch|1, num_heads, n_q|1, n_k) stays 4-D, and Keras 3
+    masks head h with slice h (it only adds missing axes, on both its paths).
+    A per-head mask needs ``num_heads``, so that a wrong head axis raises
+    ValueError here instead of a broadcasting error inside Keras; given with
+    a shared mask, it is checked too.
     A fully masked row: Keras gives zero weights when it returns the scores,
     but its fused path (return_attention_scores=False) averages all values.
     """
     m = _mask_4d(mask)
-    checks.check_shared_heads(m.shape, "keras.layers.MultiHeadAttention")
-    return m[:, 0]
+    heads = m.shape[1]
+    if num_heads is not None:
+        checks.check_positive("num_heads", num_heads)
+        checks.check_mask_heads(heads, int(num_heads))
+    if heads == 1:
+        return m[:, 0]
+    if num_heads is None:
+        raise ValueError(
+            f"a per-head mask (batch, heads, n_q, n_k) = {m.shape} needs "
+            f"num_heads: call to_keras_mask(mask, num_heads={heads}) if the "
+            f"layer has {heads} heads"
+        )
+    return m
 
 
 def to_sdpa_mask(mask):

@@ -98,7 +98,8 @@ def to_keras_gru(params: dict):
     return layer
 
 
-def to_keras_mask(mask):
+def to_keras_mask(mask, num_heads=None):
     """Our mask -> keras.layers.MultiHeadAttention's attention_mask, a tf bool
-    tensor; see ``attncourse.numpy.to_keras_mask`` (same conversion)."""
-    return tf.constant(neutral.to_keras_mask(np.asarray(mask)))
+    tensor: (batch|1, n_q|1, n_k) if shared by the heads, else (batch|1,
+    num_heads, n_q|1, n_k); see ``attncourse.numpy.to_keras_mask``."""
+    return tf.constant(neutral.to_keras_mask(np.asarray(mask), num_heads))

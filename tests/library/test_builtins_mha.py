@@ -43,14 +43,14 @@ def mixed_mask(rng, shape):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d"])
+@pytest.mark.parametrize("mask_kind", [None, "padding", "causal", "full3d", "per_head"])
 def test_keras_mha_equals_ours(rng, bias, mask_kind):
     q, k, v = inputs(rng)
     params = make_params(rng, 6, 4, 7, d_model=8, d_out=5, bias=bias)
     mask = make_mask(rng, mask_kind, 2, HEADS, 3, 5)
     out, w = anp.multi_head_attention(q, k, v, params, HEADS, mask)
     layer = atf.to_keras_mha(params, HEADS)
-    keras_mask = None if mask is None else atf.to_keras_mask(to_tf(mask))
+    keras_mask = None if mask is None else atf.to_keras_mask(to_tf(mask), HEADS)
     # Keras takes (query, VALUE, key)
     got_out, got_w = layer(
         to_tf(q),
@@ -88,22 +88,7 @@ def test_keras_takes_values_before_keys(rng):
     assert not_close(layer(to_tf(q), to_tf(k), to_tf(v)), out)
 
 
-def test_keras_mask_cannot_be_per_head(rng):
-    mask = mixed_mask(rng, (2, HEADS, 3, 5))
-    for module, convert in ((anp, np.asarray), (atf, to_tf)):
-        with pytest.raises(ValueError, match="applies one mask to all heads"):
-            module.to_keras_mask(convert(mask))
-
-
-def test_keras_mask_shapes():
-    assert anp.to_keras_mask(np.ones(5, bool)).shape == (1, 1, 5)
-    assert anp.to_keras_mask(np.ones((3, 5), bool)).shape == (1, 3, 5)
-    assert anp.to_keras_mask(np.ones((2, 1, 5), bool)).shape == (2, 1, 5)
-    assert tuple(atf.to_keras_mask(to_tf(np.ones((2, 1, 3, 5), bool))).shape) == (
-        2,
-        3,
-        5,
-    )
+# the converter itself (shapes, per-head masks, errors): test_keras_mask.py
 
 
 # --- torch.nn.MultiheadAttention ---------------------------------------------------
