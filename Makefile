@@ -110,8 +110,13 @@ references: $(DEV_STAMP)
 serve:
 	$(BIN)/python -m http.server -d _build/html 8000
 
+# lab/overrides.json holds the course's JupyterLab defaults: double-clicking a chapter
+# (MyST .md) opens it as a notebook (jupytext). They are defaults only: the learner's
+# own settings still win and nothing is written to their Jupyter folders.
+# tests/e2e/test_browser_lab.py starts its server with these flags (`make -n lab`).
+LAB_FLAGS := "--LabApp.app_settings_dir=$(CURDIR)/lab"
 lab: $(STAMP)
-	$(BIN)/jupyter lab
+	$(BIN)/jupyter lab $(LAB_FLAGS)
 
 # pip freeze of the CI environment (Linux x86_64). Lines with an environment marker
 # (`; sys_platform == ...`) pin what other platforms install instead; freeze cannot

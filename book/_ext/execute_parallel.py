@@ -137,6 +137,9 @@ def main(argv=None) -> int:
     threads = str(max(1, cores // max(1, min(len(notebooks), cores))))
     for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         os.environ.setdefault(var, threads)
+    # tqdm bars belong in JupyterLab, not in the pages: the kernels inherit this
+    # and attncourse.progress then prints nothing (forced, not a default).
+    os.environ["ATTNCOURSE_PROGRESS"] = "0"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logger = logging.getLogger("execute_parallel")
     cache = get_cache(str(args.path_output / "_build" / ".jupyter_cache"))

@@ -15,6 +15,7 @@
   kB): after the build, ``@font-face`` in the theme's CSS points at them.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -129,6 +130,10 @@ def finish(app: Sphinx, exc) -> None:
 
 
 def setup(app: Sphinx) -> dict:
+    # Kernels that myst-nb starts on a cache miss inherit this: attncourse's
+    # tqdm bars belong in JupyterLab, not in the built page (execute_parallel.py
+    # sets the same for the kernels it starts).
+    os.environ["ATTNCOURSE_PROGRESS"] = "0"
     app.add_css_file(CSS)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("build-finished", write_css)

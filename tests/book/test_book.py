@@ -152,6 +152,9 @@ def test_chapter_was_executed(site, doc):
     for img in page.select("div.cell_output img"):
         path = (site / doc).parent / img["src"]
         assert path.is_file() and path.stat().st_size > 1000, img["src"]
+    text = " ".join(o.get_text() for o in outputs)
+    bar = re.search(r"\d+%\|[^|\n]*\|[^\n]*(?:it/s|s/it)", text)
+    assert bar is None, f"{doc} shows a progress bar: {bar.group(0)!r}"
 
 
 @pytest.mark.parametrize("doc", chapters())

@@ -4,7 +4,10 @@ A ``jupyter lab`` from this environment serves a *temporary copy* of the
 course (book/, exercises/, solutions/, nbgrader_config.py) on 127.0.0.1, with
 its own config, data, runtime, settings and workspace folders, so nothing is
 written into the repository or the user's Jupyter folders (checked at
-teardown). The server and its kernels are shut down at teardown.
+teardown). The server and its kernels are shut down at teardown. It gets the
+flags ``make lab`` gives (read from ``make -n lab``): the course's JupyterLab
+defaults in lab/overrides.json, e.g. a chapter opens as a notebook on
+double-click.
 
 The server gets the environment a student has when starting ``jupyter lab``
 by hand in the course folder: the variables the Makefile exports (TensorFlow
@@ -16,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -67,6 +71,34 @@ SETTINGS = {
         "windowingMode": "none"
     },
 }
+
+
+def make_lab_flags() -> list[str]:
+    """The flags ``make lab`` gives ``jupyter lab`` (the course's settings in
+    lab/overrides.json), read from ``make -n lab`` so the server under test starts
+    exactly as the learner's does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    try:
+        dry = subprocess.run(
+            ["make", "-s", "-n", "--no-print-directory", "lab"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except FileNotFoundError:
+        pytest.fail("make not found: the README's commands need it")
+    lines = [
+        shlex.split(line)
+        for line in dry.stdout.splitlines()
+        if re.search(r"jupyter(-lab)? lab\b|jupyter-lab\b", line)
+    ]
+    assert dry.returncode == 0 and len(lines) == 1, (
+        f"`make -n lab` should print one `jupyter lab` line:\n{dry.stdout}{dry.stderr}"
+    )
+    words = lines[0]
+    return words[words.index("lab") + 1 :] if "lab" in words else words[1:]
 
 
 def lab_chapters() -> list[str]:
@@ -207,6 +239,7 @@ def lab(tmp_path_factory):
         IPYTHONDIR=str(dirs["ipython"]),
         PYTHONDONTWRITEBYTECODE="1",  # no __pycache__ in the repo
     )
+    flags = make_lab_flags()
     token = secrets.token_hex(16)
     port = free_port()
     log = base / "server.log"
@@ -225,6 +258,7 @@ def lab(tmp_path_factory):
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--ServerApp.shutdown_no_activity_timeout=900",
                 "--MappingKernelManager.cull_idle_timeout=900",
+                *flags,
             ],
             cwd=root,
             env=env,
@@ -248,6 +282,21 @@ def lab(tmp_path_factory):
     shutil.copy(log, ARTIFACTS / "lab-server.log")
     new = sorted(litter() - before)
     assert not new, f"the Lab tests left Jupyter files in the repository: {new[:10]}"
+
+
+def close_sessions(lab: Lab) -> None:
+    """Shut down every session (and its kernel) of this server, so the next
+    notebook opened starts a fresh kernel, as it does for a learner."""
+    auth = {"Authorization": f"token {lab.token}"}
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{lab.url}/api/sessions", headers=auth), timeout=10
+    ) as response:
+        sessions = json.load(response)
+    for session in sessions:
+        req = urllib.request.Request(
+            f"{lab.url}/api/sessions/{session['id']}", method="DELETE", headers=auth
+        )
+        urllib.request.urlopen(req, timeout=30).close()
 
 
 def open_lab(new_web, lab: Lab, folder: str):
@@ -370,6 +419,79 @@ def test_chapter_runs_in_jupyterlab(new_web, lab, doc):
             "non-inline matplotlib backend in the server's environment, e.g. "
             "MPLBACKEND=Agg from the Makefile or nbgrader_config.py, hides them)"
         )
+    assert not web.log.page_errors, web.log.page_errors
+    assert not web.log.external, f"Lab requested off-site URLs: {web.log.external[:10]}"
+
+
+# What TensorFlow, oneDNN, CUDA or absl print when their logging is not quieted.
+NOISY_OUTPUT = re.compile(
+    r"warn|onednn|TF_ENABLE|tensorflow/|cuda|absl|[EWI]0000 |Traceback|Error\b",
+    re.IGNORECASE,
+)
+
+
+def test_double_click_opens_chapter_as_notebook(new_web, lab):
+    """The learner's first step (README): ``make lab``, then double-click a
+    chapter in book/. It must open as a notebook (lab/overrides.json makes
+    jupytext's viewer the default for Markdown), not as Markdown text, with a
+    kernel, and the first cell's imports must print nothing noisy."""
+    doc = "book/addressing"
+    filename = source_path(doc).name
+    close_sessions(lab)  # an earlier test's kernel would hide start-up output
+    web = open_lab(new_web, lab, "book")
+    page = web.page
+    page.locator(".jp-DirListing-item").filter(
+        has=page.get_by_text(filename, exact=True)
+    ).first.dblclick()
+    current = page.locator(
+        "#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel"
+    )
+    current.filter(has_text=filename).wait_for(timeout=60_000)
+    page.wait_for_selector(
+        "#jp-main-dock-panel .jp-NotebookPanel:visible, "
+        "#jp-main-dock-panel .jp-FileEditor:visible, "
+        "#jp-main-dock-panel .jp-RenderedMarkdown:visible",
+        timeout=60_000,
+    )
+    editors = page.locator("#jp-main-dock-panel .jp-FileEditor:visible").count()
+    assert editors == 0, f"double-clicking {filename} opened a text editor"
+    notebook = visible_notebook(page)
+    assert notebook.count() == 1, f"double-clicking {filename} opened no notebook"
+    wait_for_kernel(page, 90_000)
+    expected_cells = len(code_cells(source_path(doc)))
+    shown = notebook.locator(".jp-CodeCell").count()
+    assert shown == expected_cells, (
+        f"Lab shows {shown} code cells, the source has {expected_cells}"
+    )
+    assert notebook.locator(".jp-MarkdownCell").count() > 0
+
+    first = notebook.locator(".jp-CodeCell").first
+    first.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function(
+        """() => {
+          const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+            .find(p => p.checkVisibility());
+          const prompt = panel.querySelector('.jp-CodeCell .jp-InputPrompt');
+          const status = panel.querySelector('.jp-Notebook-ExecutionIndicator')
+            ?.dataset.status;
+          return /^\\[1\\]:$/.test(prompt.innerText.trim()) && status === 'idle';
+        }""",
+        timeout=RUN_TIMEOUT * 1000,
+        polling=250,
+    )
+    outputs = first.locator(".jp-OutputArea-output")
+    texts = outputs.all_inner_texts()
+    stderr = first.locator(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+    ).all_inner_texts()
+    noisy = [t for t in texts if NOISY_OUTPUT.search(t)]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "lab-double-click-addressing.png"))
+    assert not stderr and not noisy, (
+        f"the first cell of {filename} prints:\n" + "\n---\n".join(texts)[:3000]
+    )
+    wait_for_kernel(page, 30_000)
     assert not web.log.page_errors, web.log.page_errors
     assert not web.log.external, f"Lab requested off-site URLs: {web.log.external[:10]}"
 
