@@ -73,7 +73,7 @@ def show_heatmaps(
         if titles is not None:
             ax.set_title(titles[k], fontsize=10)
         if annotate:
-            _annotate(ax, data[k])
+            _annotate(ax, data[k], im)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
     return fig
 
@@ -97,12 +97,20 @@ def _panels(matrices, xlabels, ylabels, titles) -> np.ndarray:
     return data
 
 
-def _annotate(ax, matrix):
-    """Write each weight, to two decimals, in its cell."""
+def _annotate(ax, matrix, image=None):
+    """Write each weight, to two decimals, in its cell: white on dark cells,
+    black on light ones (by the cell colour's luminance), so every number stays
+    readable whatever the colour map."""
     rows, cols = matrix.shape
+    light = np.ones_like(matrix, dtype=bool)
+    if image is not None:
+        rgb = image.cmap(image.norm(matrix))[..., :3]
+        light = rgb @ np.array([0.299, 0.587, 0.114]) > 0.5
     for i in range(rows):
         for j in range(cols):
-            ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+            colour = "black" if light[i, j] else "white"
+            text = f"{matrix[i, j]:.2f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
 
 
 def tilt_key_labels(fig, degrees: float = 45):
