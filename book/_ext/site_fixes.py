@@ -34,7 +34,17 @@ FA_FACE = re.compile(
 FA_URL = re.compile(r"url\(([^)]*webfonts/(fa-[a-z]+-\d+)\.woff2)\)")
 SUBSETS = "fa-subset"  # below _static/
 ALWAYS = {"fa-xmark"}  # added by pydata-sphinx-theme.js (search dialog)
-CSS_TEXT = "code.literal span.pre { white-space: pre-wrap; overflow-wrap: anywhere; }\n"
+# Nothing scrolls sideways on a laptop. At 1280 px the theme's article column
+# held 77 monospace characters; a narrower right-hand table of contents (13rem,
+# not 17rem) and code at 13 px make it ~90, so every code cell (<= 79 by test)
+# and the library source that show_source() prints (<= 88, ruff) fit. Printed
+# output longer than that wraps instead of scrolling.
+CSS_TEXT = """\
+code.literal span.pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+:root { --pst-sidebar-secondary: 13rem; }
+div.cell div.highlight pre, div.cell_output pre { font-size: 13px; }
+div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+"""
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:

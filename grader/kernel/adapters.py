@@ -61,24 +61,31 @@ def to_numpy(x, what: str = "result"):
 
 
 def unpack(result, names: tuple[str, ...], what: str) -> dict:
-    """Split a student's return value into the named parts, checking the arity."""
+    """Split a student's return value into the named parts, checking the arity.
+
+    A tuple or list is read once, through ``call_student``: a subclass whose
+    ``__iter__`` or ``__len__`` raises (or disagree) is the student's error."""
+    kind = type(result).__name__
+    if isinstance(result, tuple | list):
+        result = call_student(f"reading the result of {what}", tuple, result)
     if len(names) == 1:
-        if isinstance(result, tuple | list):
+        if isinstance(result, tuple):
             raise GradingError(
                 f"{what} should return a single tensor ({names[0]}), "
-                f"got a {type(result).__name__} of {len(result)} items"
+                f"got a {kind} of {len(result)} items"
             )
         return {names[0]: result}
-    if not isinstance(result, tuple | list) or len(result) != len(names):
-        got = (
-            f"a {type(result).__name__} of {len(result)} items"
-            if isinstance(result, tuple | list)
-            else type(result).__name__
-        )
+    if not isinstance(result, tuple) or len(result) != len(names):
+        got = f"a {kind} of {len(result)} items" if isinstance(result, tuple) else kind
         raise GradingError(
             f"{what} should return a tuple ({', '.join(names)}), got {got}"
         )
     return dict(zip(names, result, strict=True))
+
+
+# The grader's loss runs on the student's result objects (their arithmetic,
+# ``.to``, ``__torch_function__``): what they raise is the student's error.
+LOSS = "the loss sum(result * upstream) on your results"
 
 
 def tf_gradients(framework_fn, sources: dict, loss_fn):
@@ -102,7 +109,7 @@ def tf_gradients(framework_fn, sources: dict, loss_fn):
             if not isinstance(s, tf.Variable):
                 tape.watch(s)
         result = framework_fn()
-        loss = loss_fn(result)
+        loss = call_student(LOSS, loss_fn, result)
     try:
         grads = tape.gradient(loss, targets)
     except Exception as exc:  # noqa: BLE001
@@ -120,7 +127,7 @@ def torch_gradients(framework_fn, sources: dict, loss_fn):
     for s in sources.values():
         s.grad = None
     result = framework_fn()
-    loss = loss_fn(result)
+    loss = call_student(LOSS, loss_fn, result)
     if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
         return result, dict.fromkeys(sources)
     call_student("backward through your result", loss.backward)
@@ -181,8 +188,10 @@ def inject_weights(framework: str, layer, weights: dict, owner: str) -> dict:
             import torch
             from torch import nn
 
-            params = dict(layer.named_parameters())
-            if not (isinstance(var, nn.Parameter) and params.get(name) is var):
+            # any registration path counts (self.W, an nn.ParameterDict behind
+            # __getattr__, a submodule's weight): the variable is the module's
+            registered = any(p is var for p in layer.parameters())
+            if not (isinstance(var, nn.Parameter) and registered):
                 raise GradingError(
                     f"{owner}.{name} is not a registered nn.Parameter.\nLikely "
                     f"mistake (not-a-parameter): wrap it as self.{name} = "

@@ -511,3 +511,31 @@ def test_first_load_bytes(new_web, site_url, doc):
         f"{doc}: first load {total / 1e6:.2f} MB > 3 MB; largest: {biggest}"
     )
     assert_clean(web, doc, loads=False)
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_code_and_outputs_do_not_scroll_sideways_on_a_laptop(web, site_url, doc):
+    """At 1280 px no code cell, printed output or display formula needs a
+    horizontal scrollbar (the source test caps code at 79 characters; the
+    site's CSS gives the column room for ~90 and wraps longer printed lines)."""
+    page = open_page(web, site_url, doc)
+    found = page.evaluate(
+        """() => {
+          const wide = e => e.scrollWidth > e.clientWidth + 1;
+          const line = e => e.textContent.split('\\n')
+              .reduce((a, l) => l.length > a.length ? l : a, '').slice(0, 120);
+          const pick = sel => [...document.querySelectorAll(sel)].filter(wide);
+          return {
+            code: pick('div.cell_input pre').map(line),
+            output: pick('div.cell_output pre').map(line),
+            math: pick('mjx-container[display="true"]').map(e =>
+                e.getAttribute('aria-label') || e.textContent.slice(0, 80)),
+            cells: document.querySelectorAll('div.cell_input pre').length,
+          };
+        }"""
+    )
+    assert found["cells"] > 0, f"{doc}: no code cells found"
+    for kind in ("code", "output", "math"):
+        assert not found[kind], (
+            f"{doc}: {kind} scrolls sideways at 1280 px: {found[kind]}"
+        )
