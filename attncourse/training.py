@@ -15,10 +15,16 @@ import time
 
 import numpy as np
 
+import attncourse.numpy as anp
 from attncourse.data import TrainedModel
-from attncourse.seed import set_seed
 
-__all__ = ["decoder_max_src_len", "exact_match", "minibatches", "run_experiment"]
+__all__ = [
+    "decoder_max_src_len",
+    "exact_match",
+    "initial_params",
+    "minibatches",
+    "run_experiment",
+]
 
 
 def decoder_max_src_len(task, attention):
@@ -52,15 +58,42 @@ def exact_match(task, tokens, split="test"):
     return float(np.mean(hits))
 
 
-def run_experiment(framework, task, attention, config, desc=None):
-    """Seed, build, train with ``config`` (a TrainConfig) and measure test
-    exact-match accuracy with ``framework``'s build_seq2seq, train_seq2seq
-    and sequence_accuracy. Returns a TrainedModel."""
-    start = time.perf_counter()
-    set_seed(config.seed)
-    encoder, decoder = framework.build_seq2seq(
-        task, attention, config.embed_dim, config.hidden_dim
+def initial_params(task, attention, config):
+    """The NumPy reference's initial weights for ``config``: (encoder params,
+    decoder params), drawn from NumPy's global generator seeded with
+    config.seed. Both frameworks start from them, so a TF and a PyTorch run
+    with the same seed train the same network from the same point."""
+    np.random.seed(config.seed)
+    encoder = anp.Encoder(
+        len(task.src_vocab), config.embed_dim, config.hidden_dim, config.bidirectional
     )
+    decoder = anp.Decoder(
+        len(task.tgt_vocab),
+        config.embed_dim,
+        config.hidden_dim,
+        attention,
+        max_src_len=decoder_max_src_len(task, attention),
+    )
+    return anp.get_params(encoder), anp.get_params(decoder)
+
+
+def run_experiment(framework, task, attention, config, desc=None):
+    """Build, initialise with ``initial_params``, train with ``config`` (a
+    TrainConfig) and measure test exact-match accuracy with ``framework``'s
+    build_seq2seq, train_seq2seq and sequence_accuracy. Returns a
+    TrainedModel.
+
+    The seed goes to NumPy only (initial weights and batches): seeding
+    TensorFlow again would make it re-instantiate its compiled training step
+    (seconds), and nothing in training draws from its generator.
+    """
+    start = time.perf_counter()
+    encoder, decoder = framework.build_seq2seq(
+        task, attention, config.embed_dim, config.hidden_dim, config.bidirectional
+    )
+    enc_params, dec_params = initial_params(task, attention, config)
+    framework.set_params(encoder, enc_params)
+    framework.set_params(decoder, dec_params)
     losses = framework.train_seq2seq(
         encoder,
         decoder,

@@ -27,7 +27,8 @@ Attend, then update (the query is the PREVIOUS state s_{t-1}):
 
 * "scaled_dot" -- scaled dot-product scores s_{t-1} . h_j / sqrt(H), keys =
   values = encoder outputs; [embedding; context] -> linear -> GRU (the seed
-  notes' "style 1").
+  notes' "style 1"); the output layer reads [s_t; context], as the readout
+  of Bahdanau et al. (2015) reads c_i.
 * "bahdanau" -- the same plan with additive scores w_v . tanh(s W_q + h W_k).
 
 Update, then attend (the query is the NEW state s_t):
@@ -40,7 +41,9 @@ Location-based (Luong et al. 2015's term: the weights address positions and
 never read the encoder outputs):
 
 * "location" -- the old PyTorch tutorial's AttnDecoderRNN (the seed notes'
-  "style 2"), see ``Decoder``.
+  "style 2"), see ``Decoder``; its output layer reads [s_t; context] like
+  the other two attend-then-update decoders (the tutorial read s_t only), so
+  the five differ in their attention, not in their readout.
 
 Parameters are flat dicts of arrays, ``params`` (names in ``Decoder``).
 """
@@ -55,7 +58,15 @@ from .masking import sequence_mask
 from .pooling import soft_attention
 from .scoring import additive_score, bilinear_score, dot_score, scaled_dot_score
 
-__all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
+__all__ = [
+    "GRU",
+    "Decoder",
+    "Encoder",
+    "greedy_decode",
+    "gru",
+    "gru_step",
+    "reverse_padded",
+]
 
 GRU_GATES = ("r", "z", "n")
 
@@ -74,16 +85,20 @@ def _sigmoid(x):
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+    return _gru_update(
+        {g: x @ params[f"W_x{g}"] + params[f"b_x{g}"] for g in "rzn"}, state, params
+    )
 
-    def gate(g):
-        return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
+
+def _gru_update(x_gates, state, params):
+    """The GRU equations given the input's gate terms x W_x? + b_x?."""
 
     def rec(g):
         return state @ params[f"W_h{g}"] + params[f"b_h{g}"]
 
-    r = _sigmoid(gate("r") + rec("r"))
-    z = _sigmoid(gate("z") + rec("z"))
-    n = np.tanh(gate("n") + r * rec("n"))
+    r = _sigmoid(x_gates["r"] + rec("r"))
+    z = _sigmoid(x_gates["z"] + rec("z"))
+    n = np.tanh(x_gates["n"] + r * rec("n"))
     return (1.0 - z) * n + z * state
 
 
@@ -101,9 +116,11 @@ def gru(inputs, state, params, valid_lens=None):
     hidden = params["W_hr"].shape[0]
     state = np.zeros((batch, hidden), inputs.dtype) if state is None else state
     checks.check_shape("state", np.shape(state), (batch, hidden), "(batch, hidden)")
+    # the input terms of every step at once: one matmul per gate, not n
+    x_gates = {g: inputs @ params[f"W_x{g}"] + params[f"b_x{g}"] for g in "rzn"}
     outputs = []
     for t in range(n):
-        new = gru_step(inputs[:, t], state, params)
+        new = _gru_update({g: x[:, t] for g, x in x_gates.items()}, state, params)
         if valid_lens is None:
             state = new
             outputs.append(new)
@@ -161,20 +178,43 @@ class GRU:
         return gru(inputs, state, self.params, valid_lens)
 
 
-class Encoder:
-    """Embedding + GRU. params: embedding (vocab, embed), gru.* (canonical GRU)."""
+def reverse_padded(x, valid_lens=None):
+    """x (batch, n, ...) with each sequence's first valid_lens[b] steps in
+    reverse order and its padding left in place (all n steps if None).
+    Applying it twice gives x back."""
+    x = np.asarray(x)
+    n = x.shape[1]
+    if valid_lens is None:
+        return x[:, ::-1]
+    t = np.arange(n)[None, :]
+    lens = np.asarray(valid_lens)[:, None]
+    index = np.where(t < lens, lens - 1 - t, t)  # (batch, n)
+    index = index.reshape(index.shape + (1,) * (x.ndim - 2))
+    return np.take_along_axis(x, index, axis=1)
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim):
-        for name, d in (
-            ("vocab_size", vocab_size),
-            ("embed_dim", embed_dim),
-            ("hidden_dim", hidden_dim),
-        ):
-            checks.check_positive(name, d)
+
+class Encoder:
+    """Embedding + GRU, one-directional or bidirectional.
+
+    params: embedding (vocab, embed) and gru.* (canonical GRU, hidden_dim
+    units). With ``bidirectional=True`` (as Bahdanau et al. 2015) there are
+    two GRUs of hidden_dim // 2 units each: gru.* reads the sentence left to
+    right and gru_reverse.* right to left; output j is [forward_j;
+    backward_j], hidden_dim features that describe word j and both sides of
+    it, and the state is [forward state after the last word; backward state
+    after the first word]. Splitting hidden_dim between the directions (as
+    OpenNMT's brnn does) keeps the decoder's shapes the same either way.
+    """
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim, bidirectional=False):
+        checks.encoder_dims(vocab_size, embed_dim, hidden_dim, bidirectional)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
-        self.hidden_dim = hidden_dim
+        self.hidden_dim, self.bidirectional = hidden_dim, bidirectional
         self.params = {"embedding": np.random.normal(size=(vocab_size, embed_dim))}
-        self.params.update(_gru_init("gru.", embed_dim, hidden_dim))
+        units = hidden_dim // 2 if bidirectional else hidden_dim
+        self.params.update(_gru_init("gru.", embed_dim, units))
+        if bidirectional:
+            self.params.update(_gru_init("gru_reverse.", embed_dim, units))
 
     def __call__(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -185,8 +225,21 @@ class Encoder:
         if valid_lens is not None:
             valid_lens = np.asarray(valid_lens)
             checks.check_valid_lens(valid_lens.shape, tokens.shape[0], 1)
-        embedded = self.params["embedding"][tokens]
-        return gru(embedded, None, _sub(self.params, "gru"), valid_lens)
+        embedded = self.params["embedding"][tokens]  # (batch, src_len, E)
+        outputs, state = gru(embedded, None, _sub(self.params, "gru"), valid_lens)
+        if not self.bidirectional:
+            return outputs, state
+        backward, back_state = gru(
+            reverse_padded(embedded, valid_lens),
+            None,
+            _sub(self.params, "gru_reverse"),
+            valid_lens,
+        )
+        backward = reverse_padded(backward, valid_lens)  # back in word order
+        return (
+            np.concatenate([outputs, backward], -1),
+            np.concatenate([state, back_state], -1),
+        )
 
 
 def decoder_param_shapes(
@@ -199,7 +252,8 @@ def decoder_param_shapes(
     luong = attention.startswith("luong")
     d_comb_in, d_comb = (2 * H, H) if luong else (E + H, E)
     shapes.update({"combine.W": (d_comb_in, d_comb), "combine.b": (d_comb,)})
-    shapes.update({"out.W": (H, V), "out.b": (V,)})
+    d_out = H if luong else 2 * H  # predict from [s_t; c_t] unless Luong
+    shapes.update({"out.W": (d_out, V), "out.b": (V,)})
     if attention == "bahdanau":
         shapes.update({"attn.W_q": (H, H), "attn.W_k": (H, H), "attn.w_v": (H,)})
     elif attention == "luong_general":
@@ -213,7 +267,9 @@ class Decoder:
     """A GRU decoder with one of five attention types (module docstring).
 
     Parameters (``params``; E = embed_dim, H = hidden_dim, V = vocab_size):
-    embedding (V, E); gru.* (canonical GRU, input E); out.W (H, V), out.b;
+    embedding (V, E); gru.* (canonical GRU, input E); out.W, out.b: (2H, V)
+    for scaled_dot/bahdanau/location (input [s_t; context]), (H, V) for
+    luong (input the attentional hidden);
     combine.W, combine.b: (E + H, E) for scaled_dot/bahdanau/location (input
     [embedding; context]), (2H, H) for luong (input [context; h]); attention:
     bahdanau attn.W_q, attn.W_k (H, H), attn.w_v (H,); luong_general attn.W
@@ -273,7 +329,8 @@ class Decoder:
             x = _linear(np.concatenate([emb, context], -1), p, "combine")
             if self.attention == "location":
                 x = np.maximum(x, 0.0)
-            state = hidden = gru_step(x, state, _sub(p, "gru"))  # (batch, H)
+            state = gru_step(x, state, _sub(p, "gru"))  # (batch, H)
+            hidden = np.concatenate([state, context], -1)  # (batch, 2H)
         return _linear(hidden, p, "out"), state, weights
 
     def __call__(self, targets_in, state, enc_outputs, src_mask=None):

@@ -19,21 +19,35 @@ from .masking import sequence_mask
 from .pooling import soft_attention
 from .scoring import additive_score, bilinear_score, dot_score, scaled_dot_score
 
-__all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
+__all__ = [
+    "GRU",
+    "Decoder",
+    "Encoder",
+    "greedy_decode",
+    "gru",
+    "gru_step",
+    "reverse_padded",
+]
 
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+    return _gru_update(
+        {g: tf.matmul(x, params[f"W_x{g}"]) + params[f"b_x{g}"] for g in "rzn"},
+        state,
+        params,
+    )
 
-    def gate(g):
-        return tf.matmul(x, params[f"W_x{g}"]) + params[f"b_x{g}"]
+
+def _gru_update(x_gates, state, params):
+    """The GRU equations given the input's gate terms x W_x? + b_x?."""
 
     def rec(g):
         return tf.matmul(state, params[f"W_h{g}"]) + params[f"b_h{g}"]
 
-    r = tf.sigmoid(gate("r") + rec("r"))
-    z = tf.sigmoid(gate("z") + rec("z"))
-    n = tf.tanh(gate("n") + r * rec("n"))
+    r = tf.sigmoid(x_gates["r"] + rec("r"))
+    z = tf.sigmoid(x_gates["z"] + rec("z"))
+    n = tf.tanh(x_gates["n"] + r * rec("n"))
     return (1.0 - z) * n + z * state
 
 
@@ -53,9 +67,14 @@ def gru(inputs, state, params, valid_lens=None):
     checks.check_shape(
         "state", checks.shape_of(state), (batch, hidden), "(batch, hidden)"
     )
+    # the input terms of every step at once: one matmul per gate, not n
+    x_gates = {
+        g: tf.einsum("bnd,dh->bnh", inputs, params[f"W_x{g}"]) + params[f"b_x{g}"]
+        for g in "rzn"
+    }
     outputs = []
     for t in range(n):
-        new = gru_step(inputs[:, t], state, params)
+        new = _gru_update({g: x[:, t] for g, x in x_gates.items()}, state, params)
         if valid_lens is None:
             state = new
             outputs.append(new)
@@ -133,30 +152,51 @@ def _embedding(vocab_size, embed_dim):
     return layer
 
 
-class Encoder(keras.layers.Layer):
-    """Embedding + GRU. Canonical weights: embedding (vocab, embed), gru.*."""
+def reverse_padded(x, valid_lens=None):
+    """x (batch, n, ...) with each sequence's first valid_lens[b] steps in
+    reverse order and its padding left in place (all n steps if None).
+    Applying it twice gives x back."""
+    x = tf.convert_to_tensor(x)
+    if valid_lens is None:
+        return tf.reverse(x, [1])
+    return tf.reverse_sequence(
+        x, tf.cast(valid_lens, tf.int64), seq_axis=1, batch_axis=0
+    )
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim, **kwargs):
+
+class Encoder(keras.layers.Layer):
+    """Embedding + GRU, one-directional or bidirectional.
+
+    Canonical weights: embedding (vocab, embed), gru.* and, if bidirectional,
+    gru_reverse.* (each direction hidden_dim // 2 units; outputs and state
+    are [forward; backward]). See ``attncourse.numpy.Encoder``.
+    """
+
+    def __init__(
+        self, vocab_size, embed_dim, hidden_dim, bidirectional=False, **kwargs
+    ):
         super().__init__(**kwargs)
-        for name, d in (
-            ("vocab_size", vocab_size),
-            ("embed_dim", embed_dim),
-            ("hidden_dim", hidden_dim),
-        ):
-            checks.check_positive(name, d)
+        checks.encoder_dims(vocab_size, embed_dim, hidden_dim, bidirectional)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
-        self.hidden_dim = hidden_dim
+        self.hidden_dim, self.bidirectional = hidden_dim, bidirectional
         self.embedding = _embedding(vocab_size, embed_dim)
-        self.gru = GRU(embed_dim, hidden_dim)
+        units = hidden_dim // 2 if bidirectional else hidden_dim
+        self.gru = GRU(embed_dim, units)
+        self.gru_reverse = GRU(embed_dim, units) if bidirectional else None
         self.built = True
 
     @property
     def params(self) -> dict:
-        """name -> variable: embedding (vocab, embed), gru.* (canonical GRU)."""
-        return {
+        """name -> variable: embedding (vocab, embed), gru.*, gru_reverse.*."""
+        params = {
             "embedding": self.embedding.embeddings,
             **{f"gru.{k}": v for k, v in self.gru.params.items()},
         }
+        if self.bidirectional:
+            params.update(
+                {f"gru_reverse.{k}": v for k, v in self.gru_reverse.params.items()}
+            )
+        return params
 
     def call(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -169,7 +209,15 @@ class Encoder(keras.layers.Layer):
             checks.check_valid_lens(
                 checks.shape_of(valid_lens), checks.shape_of(tokens)[0], 1
             )
-        return self.gru(self.embedding(tokens), None, valid_lens)
+        embedded = self.embedding(tokens)  # (batch, src_len, E)
+        outputs, state = self.gru(embedded, None, valid_lens)
+        if not self.bidirectional:
+            return outputs, state
+        backward, back_state = self.gru_reverse(
+            reverse_padded(embedded, valid_lens), None, valid_lens
+        )
+        backward = reverse_padded(backward, valid_lens)  # back in word order
+        return tf.concat([outputs, backward], -1), tf.concat([state, back_state], -1)
 
     def get_config(self):
         return {
@@ -177,6 +225,7 @@ class Encoder(keras.layers.Layer):
             "vocab_size": self.vocab_size,
             "embed_dim": self.embed_dim,
             "hidden_dim": self.hidden_dim,
+            "bidirectional": self.bidirectional,
         }
 
 
@@ -204,7 +253,7 @@ class Decoder(keras.layers.Layer):
         self.embedding = _embedding(vocab_size, embed_dim)
         self.gru = GRU(embed_dim, hidden_dim)
         self.combine = _dense(*shapes["combine.W"])
-        self.out = _dense(hidden_dim, vocab_size)
+        self.out = _dense(*shapes["out.W"])
         if attention == "location":
             self.attn = _dense(*shapes["attn.W"])
         else:
@@ -258,7 +307,8 @@ class Decoder(keras.layers.Layer):
             x = self.combine(tf.concat([emb, context], -1))
             if self.attention == "location":
                 x = tf.nn.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)  # (batch, H)
+            state = gru_step(x, state, self.gru.params)  # (batch, H)
+            hidden = tf.concat([state, context], -1)  # (batch, 2H)
         return self.out(hidden), state, weights
 
     def call(self, targets_in, state, enc_outputs, src_mask=None):

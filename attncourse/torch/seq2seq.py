@@ -19,21 +19,33 @@ from .masking import sequence_mask
 from .pooling import soft_attention
 from .scoring import additive_score, bilinear_score, dot_score, scaled_dot_score
 
-__all__ = ["GRU", "Decoder", "Encoder", "greedy_decode", "gru", "gru_step"]
+__all__ = [
+    "GRU",
+    "Decoder",
+    "Encoder",
+    "greedy_decode",
+    "gru",
+    "gru_step",
+    "reverse_padded",
+]
 
 
 def gru_step(x, state, params):
     """One GRU step: x (batch, d_in), state (batch, hidden) -> new state."""
+    return _gru_update(
+        {g: x @ params[f"W_x{g}"] + params[f"b_x{g}"] for g in "rzn"}, state, params
+    )
 
-    def gate(g):
-        return x @ params[f"W_x{g}"] + params[f"b_x{g}"]
+
+def _gru_update(x_gates, state, params):
+    """The GRU equations given the input's gate terms x W_x? + b_x?."""
 
     def rec(g):
         return state @ params[f"W_h{g}"] + params[f"b_h{g}"]
 
-    r = torch.sigmoid(gate("r") + rec("r"))
-    z = torch.sigmoid(gate("z") + rec("z"))
-    n = torch.tanh(gate("n") + r * rec("n"))
+    r = torch.sigmoid(x_gates["r"] + rec("r"))
+    z = torch.sigmoid(x_gates["z"] + rec("z"))
+    n = torch.tanh(x_gates["n"] + r * rec("n"))
     return (1.0 - z) * n + z * state
 
 
@@ -56,9 +68,11 @@ def gru(inputs, state, params, valid_lens=None):
     )
     if valid_lens is not None:
         valid_lens = torch.as_tensor(valid_lens, device=inputs.device)
+    # the input terms of every step at once: one matmul per gate, not n
+    x_gates = {g: inputs @ params[f"W_x{g}"] + params[f"b_x{g}"] for g in "rzn"}
     outputs = []
     for t in range(n):
-        new = gru_step(inputs[:, t], state, params)
+        new = _gru_update({g: x[:, t] for g, x in x_gates.items()}, state, params)
         if valid_lens is None:
             state = new
             outputs.append(new)
@@ -111,29 +125,49 @@ def _embedding(vocab_size, embed_dim):
     return nn.Embedding(vocab_size, embed_dim)  # N(0, 1), as in NumPy and Keras
 
 
-class Encoder(nn.Module):
-    """Embedding + GRU. Canonical weights: embedding (vocab, embed), gru.*."""
+def reverse_padded(x, valid_lens=None):
+    """x (batch, n, ...) with each sequence's first valid_lens[b] steps in
+    reverse order and its padding left in place (all n steps if None).
+    Applying it twice gives x back."""
+    x = torch.as_tensor(x)
+    if valid_lens is None:
+        return torch.flip(x, [1])
+    t = torch.arange(x.shape[1], device=x.device)[None, :]
+    lens = torch.as_tensor(valid_lens, device=x.device)[:, None]
+    index = torch.where(t < lens, lens - 1 - t, t)  # (batch, n)
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], index]
 
-    def __init__(self, vocab_size, embed_dim, hidden_dim):
+
+class Encoder(nn.Module):
+    """Embedding + GRU, one-directional or bidirectional.
+
+    Canonical weights: embedding (vocab, embed), gru.* and, if bidirectional,
+    gru_reverse.* (each direction hidden_dim // 2 units; outputs and state
+    are [forward; backward]). See ``attncourse.numpy.Encoder``.
+    """
+
+    def __init__(self, vocab_size, embed_dim, hidden_dim, bidirectional=False):
         super().__init__()
-        for name, d in (
-            ("vocab_size", vocab_size),
-            ("embed_dim", embed_dim),
-            ("hidden_dim", hidden_dim),
-        ):
-            checks.check_positive(name, d)
+        checks.encoder_dims(vocab_size, embed_dim, hidden_dim, bidirectional)
         self.vocab_size, self.embed_dim = vocab_size, embed_dim
-        self.hidden_dim = hidden_dim
+        self.hidden_dim, self.bidirectional = hidden_dim, bidirectional
         self.embedding = _embedding(vocab_size, embed_dim)
-        self.gru = GRU(embed_dim, hidden_dim)
+        units = hidden_dim // 2 if bidirectional else hidden_dim
+        self.gru = GRU(embed_dim, units)
+        self.gru_reverse = GRU(embed_dim, units) if bidirectional else None
 
     @property
     def params(self) -> dict:
-        """name -> tensor: embedding (vocab, embed), gru.* (canonical GRU)."""
-        return {
+        """name -> tensor: embedding (vocab, embed), gru.*, gru_reverse.*."""
+        params = {
             "embedding": self.embedding.weight,
             **{f"gru.{k}": v for k, v in self.gru.params.items()},
         }
+        if self.bidirectional:
+            params.update(
+                {f"gru_reverse.{k}": v for k, v in self.gru_reverse.params.items()}
+            )
+        return params
 
     def forward(self, tokens, valid_lens=None):
         """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
@@ -142,9 +176,17 @@ class Encoder(nn.Module):
         tokens = torch.as_tensor(tokens, device=self.embedding.weight.device)
         checks.check_tokens("tokens", tokens, "(batch, src_len)", 2)
         if valid_lens is not None:
-            valid_lens = torch.as_tensor(valid_lens)
+            valid_lens = torch.as_tensor(valid_lens, device=tokens.device)
             checks.check_valid_lens(checks.shape_of(valid_lens), tokens.shape[0], 1)
-        return self.gru(self.embedding(tokens), None, valid_lens)
+        embedded = self.embedding(tokens)  # (batch, src_len, E)
+        outputs, state = self.gru(embedded, None, valid_lens)
+        if not self.bidirectional:
+            return outputs, state
+        backward, back_state = self.gru_reverse(
+            reverse_padded(embedded, valid_lens), None, valid_lens
+        )
+        backward = reverse_padded(backward, valid_lens)  # back in word order
+        return torch.cat([outputs, backward], -1), torch.cat([state, back_state], -1)
 
 
 class Decoder(nn.Module):
@@ -169,7 +211,7 @@ class Decoder(nn.Module):
         self.embedding = _embedding(vocab_size, embed_dim)
         self.gru = GRU(embed_dim, hidden_dim)
         self.combine = nn.Linear(*shapes["combine.W"])
-        self.out = nn.Linear(hidden_dim, vocab_size)
+        self.out = nn.Linear(*shapes["out.W"])
         if attention == "location":
             self.attn = nn.Linear(*shapes["attn.W"])
         else:
@@ -225,7 +267,8 @@ class Decoder(nn.Module):
             x = self.combine(torch.cat([emb, context], -1))
             if self.attention == "location":
                 x = torch.relu(x)
-            state = hidden = gru_step(x, state, self.gru.params)  # (batch, H)
+            state = gru_step(x, state, self.gru.params)  # (batch, H)
+            hidden = torch.cat([state, context], -1)  # (batch, 2H)
         return self.out(hidden), state, weights
 
     def forward(self, targets_in, state, enc_outputs, src_mask=None):

@@ -17,6 +17,7 @@ from attncourse.progress import progress
 
 from .masking import sequence_mask
 from .seq2seq import Decoder, Encoder, greedy_decode
+from .weights import set_params  # noqa: F401  (training.run_experiment uses it)
 
 __all__ = [
     "build_seq2seq",
@@ -28,10 +29,11 @@ __all__ = [
 ]
 
 
-def build_seq2seq(task, attention, embed_dim, hidden_dim):
-    """An (Encoder, Decoder) pair sized for ``task``; location attention gets
-    the task's longest source as its fixed max_src_len."""
-    encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim)
+def build_seq2seq(task, attention, embed_dim, hidden_dim, bidirectional=True):
+    """An (Encoder, Decoder) pair sized for ``task``: a bidirectional encoder
+    unless ``bidirectional=False``; location attention gets the task's
+    longest source as its fixed max_src_len."""
+    encoder = Encoder(len(task.src_vocab), embed_dim, hidden_dim, bidirectional)
     decoder = Decoder(
         len(task.tgt_vocab),
         embed_dim,

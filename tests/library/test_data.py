@@ -85,33 +85,90 @@ def test_vocab_round_trips_and_marks_unknowns():
 
 
 def test_zh_en_corpus_contains_the_seed_sentence():
-    pairs = [(zh, en) for zh, en, _, _ in data.zh_en_pairs()]
+    corpus = data.zh_en_pairs()
+    pairs = [(zh, en) for zh, en, *_ in corpus]
     assert ("欢迎 来 北京", "welcome to beijing") in pairs
-    assert ("我 爱 北京", "i love beijing") in pairs
-    assert 40 <= len(pairs) <= 120 and len(set(pairs)) == len(pairs)
+    assert 300 <= len(pairs) <= 500 and len(set(pairs)) == len(pairs)
     task = data.make_zh_en_task()
-    assert (["欢迎", "来", "北京"], ["welcome", "to", "beijing"]) in (
-        task.train.pairs + task.test.pairs
-    )
+    assert (["欢迎", "来", "北京"], ["welcome", "to", "beijing"]) in task.test.pairs
+    assert len(task.train) + len(task.test) == len(corpus)
+
+
+def test_zh_en_corpus_is_seeded():
+    a, b = data.make_zh_en_task(seed=0), data.make_zh_en_task(seed=0)
+    assert a.train.pairs == b.train.pairs and a.test.pairs == b.test.pairs
+    np.testing.assert_array_equal(a.train.src, b.train.src)
+    assert data.make_zh_en_task(seed=1).train.pairs != a.train.pairs
+
+
+def test_zh_en_positions_and_content_vary():
+    """The place is not tied to one source position, not even within one
+    template (the subject has one or three words), and the English order
+    differs from the Chinese one (the time word moves to the end)."""
+    places = {zh for zh, _ in data.ZH_EN_PLACES}
+    by_template: dict = {}
+    for zh, _, t, *_ in data.zh_en_pairs():
+        words = zh.split()
+        j = next(i for i, w in enumerate(words) if w in places)
+        by_template.setdefault(t, set()).add(j)
+    assert len(set().union(*by_template.values())) >= 5
+    assert sum(len(js) > 1 for js in by_template.values()) >= 8
+    task = data.make_zh_en_task()
+    moved = [
+        (s, t)
+        for s, t in task.train.pairs
+        if s[0] in {"今天", "明天", "晚上"}
+        and t[-1] in {"today", "tomorrow", "tonight"}
+    ]
+    assert moved  # time word first in Chinese, last in English
+    assert sum(len(s) == task.max_src_len for s, _ in task.train.pairs) > 0
 
 
 def test_zh_en_held_out_combinations_use_only_known_words():
     task = data.make_zh_en_task()
     train_src = {w for s, _ in task.train.pairs for w in s}
     train_tgt = {w for _, t in task.train.pairs for w in t}
-    assert len(task.test) > 0
+    assert len(task.test) >= 60
     assert not {tuple(s) for s, _ in task.test.pairs} & {
         tuple(s) for s, _ in task.train.pairs
     }
     for source, target in task.test.pairs:
         assert set(source) <= train_src and set(target) <= train_tgt
     assert task.src_vocab.unk_id not in task.test.src
-    # every template and every place name still occurs in training
-    for zh, _ in data.ZH_EN_TEMPLATES:
-        words = [w for w in zh.split() if w != "{}"]
-        assert any(all(w in s for w in words) for s, _ in task.train.pairs)
+    # an unseen-place sentence's template x place never occurs in training,
+    # nor an unseen-position sentence's template x subject length
+    corpus = data.zh_en_pairs()
+    assert {held for *_, held in corpus} == {"", "place", "position"}
+    seen = {(t, f["p"]) for *_, t, f, held in corpus if not held}
+    unseen = {(t, f["p"]) for *_, t, f, held in corpus if held == "place"}
+    assert unseen and not seen & unseen
+
+    def long_subject(t, f):
+        return (t, len(data.ZH_EN_SUBJECTS[f["s"]][0].split()) if "s" in f else 0)
+
+    seen = {long_subject(t, f) for *_, t, f, held in corpus if not held}
+    moved = {long_subject(t, f) for *_, t, f, held in corpus if held == "position"}
+    assert {t for t, _ in moved} == set(data.ZH_EN_POSITION_TEMPLATES)
+    assert all(n == 3 for _, n in moved) and not seen & moved
+    # ... but every template and every place name occurs in training
+    assert {t for t, _ in seen} == set(range(len(data.ZH_EN_TEMPLATES)))
     for place, _ in data.ZH_EN_PLACES:
         assert place in train_src
+
+
+def test_zh_en_held_out_rule():
+    held = [
+        [
+            data.zh_en_held_out(t, {"s": 0, "p": p}) == "place"
+            for p in range(len(data.ZH_EN_PLACES))
+        ]
+        for t in range(len(data.ZH_EN_TEMPLATES))
+    ]
+    assert all(sum(row) == 2 for row in held)  # two places per template
+    assert all(sum(col) == 2 for col in zip(*held, strict=True))  # each place twice
+    assert held[0][0]  # 欢迎 来 北京 is held out
+    assert data.zh_en_held_out(3, {"s": 4, "p": 1}) == "position"  # 我 的 朋友 ...
+    assert data.zh_en_held_out(1, {"s": 4, "p": 1}) == ""  # not a moved template
 
 
 def test_task_split_names():

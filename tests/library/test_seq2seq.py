@@ -98,6 +98,89 @@ def test_encoder_parity(rng, valid_lens):
         assert_close(got_state, state, what=name)
 
 
+@pytest.mark.parametrize("valid_lens", [None, LENS])
+def test_bidirectional_encoder_parity(rng, valid_lens):
+    """NumPy, TF and torch agree on one set of weights (gru.* + gru_reverse.*)."""
+    ref, twins = trio("Encoder", V, E, H, bidirectional=True)
+    assert ref.params["gru_reverse.W_hr"].shape == (H // 2, H // 2)
+    tokens = rng.integers(0, V, size=(B, S))
+    out, state = ref(tokens, valid_lens)
+    assert out.shape == (B, S, H) and state.shape == (B, H)
+    for name, layer in twins.items():
+        convert = FRAMEWORKS[name][1]
+        lens = None if valid_lens is None else convert(valid_lens)
+        got_out, got_state = layer(convert(tokens), lens)
+        assert_close(got_out, out, what=name)
+        assert_close(got_state, state, what=name)
+
+
+def test_bidirectional_encoder_is_two_grus_reading_opposite_ways(rng):
+    """Output j = [forward GRU over words 0..j; backward GRU over words j..n-1]
+    of each sentence alone (no padding), zeros past the end; the state is
+    [forward after the last word; backward after the first word]."""
+    enc = anp.Encoder(V, E, H, bidirectional=True)
+    fwd = anp.seq2seq._sub(enc.params, "gru")
+    bwd = anp.seq2seq._sub(enc.params, "gru_reverse")
+    tokens = rng.integers(0, V, size=(B, S))
+    out, state = enc(tokens, LENS)
+    for b, n in enumerate(LENS):
+        x = enc.params["embedding"][tokens[b : b + 1, :n]]  # (1, n, E)
+        f_out, f_state = anp.gru(x, None, fwd)
+        b_out, b_state = anp.gru(x[:, ::-1], None, bwd)
+        assert_close(out[b, :n, : H // 2], f_out[0])
+        assert_close(out[b, :n, H // 2 :], b_out[0, ::-1])
+        assert_close(state[b], np.concatenate([f_state[0], b_state[0]]))
+        assert np.all(out[b, n:] == 0)
+
+
+def test_bidirectional_encoder_matches_torch_nn_gru(rng):
+    """Our encoder's GRUs are nn.GRU(bidirectional=True) on packed sequences."""
+    import torch
+
+    set_seed(0)
+    enc = atorch.Encoder(V, E, H, bidirectional=True)
+    params = atorch.get_params(enc)
+    fwd = atorch.gru_params_to_torch(anp.seq2seq._sub(params, "gru"))
+    bwd = atorch.gru_params_to_torch(anp.seq2seq._sub(params, "gru_reverse"))
+    builtin = torch.nn.GRU(E, H // 2, batch_first=True, bidirectional=True)
+    state_dict = {**fwd, **{f"{k}_reverse": v for k, v in bwd.items()}}
+    builtin.load_state_dict(
+        {k: torch.as_tensor(v, dtype=torch.float32) for k, v in state_dict.items()}
+    )
+    tokens = torch.as_tensor(rng.integers(0, V, size=(B, S)))
+    with torch.no_grad():
+        out, state = enc(tokens, torch.as_tensor(LENS))
+        packed = torch.nn.utils.rnn.pack_padded_sequence(
+            enc.embedding(tokens), LENS, batch_first=True, enforce_sorted=False
+        )
+        ref_out, ref_state = builtin(packed)
+        ref_out, _ = torch.nn.utils.rnn.pad_packed_sequence(
+            ref_out, batch_first=True, total_length=S
+        )
+    assert_close(out, ref_out, what="outputs")
+    assert_close(state, torch.cat([ref_state[0], ref_state[1]], -1), what="state")
+
+
+@pytest.mark.parametrize("module", [anp, atf, atorch], ids=["numpy", "tf", "torch"])
+def test_reverse_padded_reverses_only_the_words(module):
+    c = {anp: np.asarray, atf: to_tf, atorch: to_torch}[module]
+    x = np.arange(B * S).reshape(B, S, 1).astype("float32")
+    got = to_np(module.reverse_padded(c(x), c(LENS)))[..., 0]
+    np.testing.assert_array_equal(got[0], [4, 3, 2, 1, 0])
+    np.testing.assert_array_equal(got[1], [7, 6, 5, 8, 9])  # padding stays put
+    np.testing.assert_array_equal(got[2], [10, 11, 12, 13, 14])
+    again = to_np(module.reverse_padded(module.reverse_padded(c(x), c(LENS)), c(LENS)))
+    np.testing.assert_array_equal(again, x)
+    np.testing.assert_array_equal(
+        to_np(module.reverse_padded(c(x)))[0, :, 0], x[0, ::-1, 0]
+    )
+
+
+def test_bidirectional_encoder_needs_an_even_hidden_size():
+    msg = _same_error(lambda m: m.Encoder(V, E, 5, bidirectional=True))
+    assert "hidden_dim must be even, got 5" in msg
+
+
 # --- Decoder -------------------------------------------------------------------
 
 
@@ -123,6 +206,24 @@ def test_decoder_parity_step_and_teacher_forcing(rng, attention):
         got_logits, got_w = layer(c(targets), c(state), c(enc_outputs), c(SRC_MASK))
         assert_close(got_logits, all_logits, what=f"{name} teacher-forced logits")
         assert_close(got_w, all_w, what=f"{name} teacher-forced weights")
+
+
+@pytest.mark.parametrize("attention", ["scaled_dot", "bahdanau", "location"])
+def test_attend_then_update_decoders_read_the_context_at_the_output(rng, attention):
+    """s_t = GRU(combine([e_t; c_t]), s_{t-1}); logits = [s_t; c_t] out.W + out.b."""
+    dec = anp.Decoder(V, E, H, attention, max_src_len=S)
+    p = dec.params
+    enc_outputs, state = encoded(rng)
+    tokens = rng.integers(0, V, size=B)
+    logits, new_state, w = dec.step(tokens, state, enc_outputs, SRC_MASK)
+    context = np.einsum("bs,bsh->bh", w, enc_outputs)
+    emb = p["embedding"][tokens]
+    x = np.concatenate([emb, context], -1) @ p["combine.W"] + p["combine.b"]
+    x = np.maximum(x, 0) if attention == "location" else x
+    gru = {k[4:]: v for k, v in p.items() if k.startswith("gru.")}
+    assert_close(new_state, anp.gru_step(x, state, gru))
+    expected = np.concatenate([new_state, context], -1) @ p["out.W"] + p["out.b"]
+    assert_close(logits, expected)
 
 
 def test_teacher_forcing_is_a_loop_of_steps(rng):
@@ -199,9 +300,10 @@ def test_only_location_weights_ignore_encoder_content(seed, attention):
 # --- greedy decoding -------------------------------------------------------------
 
 
-def test_greedy_decode_parity():
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_greedy_decode_parity(bidirectional):
     for attention in ATTENTIONS:
-        enc_ref, enc_twins = trio("Encoder", V, E, H)
+        enc_ref, enc_twins = trio("Encoder", V, E, H, bidirectional=bidirectional)
         dec_ref, dec_twins = trio("Decoder", V, E, H, attention, max_src_len=S)
         dec_ref.params["out.W"] *= 5  # clear winners: no float32 ties in argmax
         for name, (module, _) in FRAMEWORKS.items():

@@ -1,12 +1,15 @@
 """Training the seq2seq models on the course's tasks reaches what the chapter states.
 
 The chapter ``book/cross-attention-seq2seq.md`` trains exactly these models with
-``train_and_evaluate`` and the configurations in ``attncourse.data.TRAIN_CONFIGS``;
-each must reach its floor in ``attncourse.data.EXPECTED_ACCURACY`` (held-out exact
-match under greedy decoding). Floors sit a few test sentences below the accuracy
-measured on the reference machine: training is seeded, but the last float bits can
-differ across CPUs and thread counts.
+``train_and_evaluate``, the configuration ``attncourse.data.TRAIN_CONFIGS`` and the
+seeds ``attncourse.data.SEEDS``; with seed 0 each must reach its floor in
+``attncourse.data.EXPECTED_ACCURACY`` (held-out exact match under greedy decoding).
+Floors sit several test sentences below the accuracy measured on the reference
+machine: training is seeded, but the last float bits can differ across CPUs and
+thread counts.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -14,10 +17,11 @@ import pytest
 import attncourse.numpy as anp
 import attncourse.tf as atf
 import attncourse.torch as atorch
-from attncourse import data
+from attncourse import data, training
+from attncourse.tf import train as tf_train
 
 MODULES = {"tf": atf, "torch": atorch}
-TASKS = {"dates": data.make_dates_task, "zh_en": data.make_zh_en_task}
+TASKS = {"zh_en": data.make_zh_en_task}
 _cache: dict = {}
 
 
@@ -33,7 +37,7 @@ def one_torch_thread():
 
 
 def trained(task_name, attention, framework):
-    """train_and_evaluate once per configuration for the whole module."""
+    """train_and_evaluate once per configuration (seed 0) for the whole module."""
     key = (task_name, attention, framework)
     if key not in _cache:
         if task_name not in _cache:
@@ -56,16 +60,65 @@ def test_reaches_the_stated_accuracy(key):
     )
     losses = run.losses
     assert losses.shape == (data.TRAIN_CONFIGS[key[0]].steps,)
-    assert losses[-10:].mean() < 0.5 * losses[:10].mean(), "the loss did not fall"
+    assert losses[-10:].mean() < 0.1 * losses[:10].mean(), "the loss did not fall"
 
 
-def test_location_attention_falls_behind_on_the_dates():
-    """The chapter's claim: every content-based decoder beats location clearly."""
-    keys = [k for k in data.EXPECTED_ACCURACY if k[0] == "dates"]
-    accuracy = {k[1]: trained(*k).accuracy for k in keys}
-    others = [a for name, a in accuracy.items() if name != "location"]
-    assert len(others) == 4
-    assert accuracy["location"] + 0.1 < min(others), accuracy
+def test_the_chapter_trains_every_attention_in_torch_and_two_in_tf():
+    torch_ones = {a for _, a, f in data.EXPECTED_ACCURACY if f == "torch"}
+    tf_ones = {a for _, a, f in data.EXPECTED_ACCURACY if f == "tf"}
+    assert len(torch_ones) == 5 and {"bahdanau", "location"} <= tf_ones
+    assert len(data.SEEDS) >= 3
+
+
+def test_both_frameworks_start_from_the_same_weights():
+    """initial_params: the NumPy reference's weights for the seed, in TF and torch."""
+    task = TASKS["zh_en"]()
+    config = dataclasses.replace(data.TRAIN_CONFIGS["zh_en"], steps=1)
+    enc, dec = training.initial_params(task, "bahdanau", config)
+    again, _ = training.initial_params(task, "bahdanau", config)
+    other, _ = training.initial_params(
+        task, "bahdanau", dataclasses.replace(config, seed=1)
+    )
+    assert all(np.array_equal(enc[k], again[k]) for k in enc)
+    assert not np.array_equal(enc["embedding"], other["embedding"])
+    assert "gru_reverse.W_hr" in enc  # the chapter's encoder is bidirectional
+    losses = {}
+    for name, module in MODULES.items():
+        e, d = module.build_seq2seq(task, "bahdanau", 16, 32)
+        module.set_params(e, enc)
+        module.set_params(d, dec)
+        losses[name] = module.train_seq2seq(e, d, task, 3, 32, 0.01)
+    # same start, same batches: the same first loss up to float32; then the
+    # Adam steps (Keras epsilon 1e-7, torch 1e-8) move them slightly apart
+    np.testing.assert_allclose(losses["tf"][0], losses["torch"][0], rtol=1e-6)
+    np.testing.assert_allclose(losses["tf"], losses["torch"], rtol=1e-2)
+
+
+def test_tf_reuses_one_trace_and_matches_a_fresh_one():
+    """train_seq2seq traces once per architecture; a second model of the same
+    shape trains with the same numbers as on a fresh trace, and training it
+    leaves the first model alone (the trainer copies weights in and out)."""
+    task = TASKS["zh_en"]()
+    config = data.TrainConfig(
+        embed_dim=8, hidden_dim=8, steps=4, batch_size=16, learning_rate=0.05
+    )
+    first = atf.train_and_evaluate(task, "luong_dot", config)
+    first_weights = atf.get_params(first.decoder)
+    tf_train._TRAINERS.clear()
+    first_again = atf.train_and_evaluate(task, "luong_dot", config)  # fresh trace
+    second = atf.train_and_evaluate(
+        task, "luong_dot", dataclasses.replace(config, seed=1)
+    )  # reuses the trace of first_again, Adam reset
+    assert len(tf_train._TRAINERS) == 1
+    tf_train._TRAINERS.clear()
+    second_fresh = atf.train_and_evaluate(
+        task, "luong_dot", dataclasses.replace(config, seed=1)
+    )
+    np.testing.assert_array_equal(first.losses, first_again.losses)
+    np.testing.assert_array_equal(second.losses, second_fresh.losses)
+    after = atf.get_params(first.decoder)
+    assert all(np.array_equal(first_weights[k], after[k]) for k in after)
+    assert not np.array_equal(atf.get_params(second.decoder)["out.W"], after["out.W"])
 
 
 def test_training_is_reproducible():

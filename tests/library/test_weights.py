@@ -18,6 +18,7 @@ LAYERS = {
     "MultiHeadAttention-nobias": ((2, 8), {"use_bias": False, "input_dims": (8, 8, 8)}),
     "GRU": ((3, 4), {}),
     "Encoder": ((11, 3, 4), {}),
+    "Encoder-bidirectional": ((11, 3, 4), {"bidirectional": True}),
     **{
         f"Decoder-{a}": ((11, 3, 4, a), {"max_src_len": 6})
         for a in ("scaled_dot", "location", "bahdanau", "luong_dot", "luong_general")
@@ -49,8 +50,8 @@ def test_same_names_and_shapes_everywhere_and_round_trip(rng, key):
 def test_torch_linear_weights_are_transposed():
     dec = atorch.Decoder(11, 3, 4, "location", max_src_len=6)
     params = atorch.get_params(dec)
-    assert params["out.W"].shape == (4, 11)  # canonical (in, out)
-    assert tuple(dec.out.weight.shape) == (11, 4)  # torch (out, in)
+    assert params["out.W"].shape == (8, 11)  # canonical (in, out), in = [s; c]
+    assert tuple(dec.out.weight.shape) == (11, 8)  # torch (out, in)
     assert_close(params["out.W"], dec.out.weight.T)
 
 
