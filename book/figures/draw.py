@@ -519,7 +519,7 @@ def scoring_three_steps() -> Canvas:
     c.note(
         4.0,
         bottom + 1.8,
-        'additive: Bahdanau et al. (2015), "concat" in Luong et al. (2015)',
+        'additive: Bahdanau et al. 2015; Luong et al.\'s "concat"',
         fs=8.6,
     )
     # step 2
@@ -1317,7 +1317,7 @@ def multihead_split_merge() -> Canvas:
         cell,
         gap=0.9,
         amount=0.8,
-        label="back to (T, h, d_head)",
+        label="back to (B, T, h, d_head)",
     )
     c.arrow(
         (x3 - 0.8, y_bot - 2),
