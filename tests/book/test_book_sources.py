@@ -2,6 +2,7 @@
 
 import ast
 import json
+import re
 import subprocess
 
 import pytest
@@ -76,3 +77,120 @@ def test_no_committed_notebook_has_outputs():
         for cell in nb.get("cells", []):
             assert not cell.get("outputs"), f"{name} has committed outputs"
             assert cell.get("execution_count") is None, f"{name} has execution counts"
+
+
+# A learner reads on a laptop: a chapter is one idea, and its code fits the
+# page column (the theme's content column holds ~80 monospace characters at
+# 1280 px; the browser test checks the built pages do not scroll sideways).
+MAX_CHAPTER_LINES = 650
+MAX_CODE_WIDTH = 79
+FIRST_PARTS = ("Foundations", "Attention layers")
+
+
+def lessons() -> list[str]:
+    """The chapters of the course's first parts (not the index or reference)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [
+        chapter["file"]
+        for part in toc["parts"]
+        if part["caption"] in FIRST_PARTS
+        for chapter in part["chapters"]
+    ]
+
+
+def test_the_first_parts_are_the_lessons():
+    assert len(lessons()) >= 9 and set(lessons()) <= set(chapters())
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_chapter_is_one_sitting_long(doc):
+    lines = source_path(doc).read_text().count("\n")
+    assert lines <= MAX_CHAPTER_LINES, (
+        f"{doc} has {lines} source lines (at most {MAX_CHAPTER_LINES}): split it, "
+        f"link instead of repeating, or cut"
+    )
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_code_fits_the_column(doc):
+    wide = [
+        line
+        for _, code in code_cells(source_path(doc))
+        for line in code.splitlines()
+        if len(line) > MAX_CODE_WIDTH
+    ]
+    assert not wide, (
+        f"{doc}: {len(wide)} code line(s) wider than {MAX_CODE_WIDTH} characters "
+        f"scroll sideways on a laptop, e.g. {wide[0]!r}"
+    )
+
+
+FIGURE = re.compile(r"^```\{figure\}\s+(\S+\.svg)\s*$", re.M)
+
+
+@pytest.mark.parametrize("doc", lessons())
+def test_lesson_has_a_diagram(doc):
+    path = source_path(doc)
+    figures = FIGURE.findall(path.read_text())
+    assert figures, f"{doc} has no diagram (```{{figure}} figures/<name>.svg)"
+    for name in figures:
+        assert (path.parent / name).is_file(), f"{doc}: {name} does not exist"
+
+
+OPTIONAL = re.compile(r"^(#+) .*\(optional\)\s*$", re.M)
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_optional_sections_say_so_first(doc):
+    """A section marked optional opens with the admonition a skimming reader sees."""
+    text = source_path(doc).read_text()
+    for match in OPTIONAL.finditer(text):
+        opening = text[match.end() :].lstrip("\n")
+        assert opening.startswith(":::{admonition} Optional"), (
+            f"{doc}: {match.group(0).strip()!r} must open with the "
+            f"':::{{admonition}} Optional' box"
+        )
+
+
+def names_in(code: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds, names it reads) -- imports, defs, targets, loads."""
+    tree = ast.parse(
+        "\n".join(line for line in code.splitlines() if not line.startswith(("%", "!")))
+    )
+    binds, reads = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            binds.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            binds.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return binds, reads
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_shared_cells_read_no_single_framework(doc):
+    """A cell outside the tabs reads NumPy, names both tabs define, or both
+    frameworks' results side by side -- never one framework's variables, so a
+    learner who runs only the TensorFlow (or only the PyTorch) cells can run it."""
+    origin: dict[str, str] = {}  # name -> the framework tag that bound it last
+    for number, (tags, code) in enumerate(code_cells(source_path(doc)), 1):
+        framework = next((t for t in tags if t in FRAMEWORK_TAGS), None)
+        binds, reads = names_in(code)
+        if framework is None:
+            read = {origin[n] for n in reads - binds if n in origin}
+            only = read & set(FRAMEWORK_TAGS)
+            assert len(only) != 1, (
+                f"{doc}, code cell {number} (untagged) reads "
+                f"{sorted(n for n in reads - binds if origin.get(n) in only)}, "
+                f"bound only in {only.pop()} cells"
+            )
+            origin.update(dict.fromkeys(binds, "shared"))
+        else:
+            for name in binds:
+                before = origin.get(name)
+                origin[name] = framework if before in (None, "shared") else before
+                if before not in (None, "shared", framework):
+                    origin[name] = "both"
