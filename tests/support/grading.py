@@ -628,7 +628,7 @@ BUGS = (
         "cross-attention-seq2seq",
         "bug2",
         "tf",
-        [("                        + tf.matmul(context, self.W_c)\n", "")],
+        [("            + tf.matmul(context, self.W_c)\n", "")],
         ["tf-hidden-forward", "tf-hidden-masks", "tf-hidden-gradients"],
         "context-missing",
     ),
@@ -688,7 +688,7 @@ BUGS = (
         "cross-attention-seq2seq",
         "bug4",
         "torch",
-        [("\n" + " " * 27 + "+ prev_state @ self.W_s", "")],
+        [("            + prev_state @ self.W_s\n", "")],
         ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
         "previous-state-ignored",
     ),
@@ -700,14 +700,20 @@ BUGS = (
         [
             (
                 "q = tf.matmul(prev_state, self.W_q)",
-                "state = tf.tanh(tf.matmul(embedded, self.W_e)\n"
-                "                        + tf.matmul(prev_state, self.W_s) + self.b)\n"
+                "state = tf.tanh(\n"
+                "            tf.matmul(embedded, self.W_e)\n"
+                "            + tf.matmul(prev_state, self.W_s)\n"
+                "            + self.b\n"
+                "        )\n"
                 "        q = tf.matmul(state, self.W_q)",
             ),
             (
-                "        state = tf.tanh(tf.matmul(embedded, self.W_e)\n"
-                "                        + tf.matmul(context, self.W_c)\n"
-                "                        + tf.matmul(prev_state, self.W_s) + self.b)\n",
+                "        state = tf.tanh(\n"
+                "            tf.matmul(embedded, self.W_e)\n"
+                "            + tf.matmul(context, self.W_c)\n"
+                "            + tf.matmul(prev_state, self.W_s)\n"
+                "            + self.b\n"
+                "        )\n",
                 "",
             ),
         ],
