@@ -1010,7 +1010,7 @@ def seq2seq_two_styles() -> Canvas:
                 37.5,
                 22.0,
                 4.6,
-                r"$W_a [\mathbf{e}_t; \mathbf{s}_{t-1}] + \mathbf{b}_a$",
+                r"$[\mathbf{e}_t; \mathbf{s}_{t-1}]\, W_\ell + \mathbf{b}_\ell$",
                 color=INK,
                 fill=0.05,
             )
@@ -1073,10 +1073,10 @@ def seq2seq_two_styles() -> Canvas:
         c.box(ox + 4.0, 8.0, 5.2, 3.6, r"$\mathbf{e}_t$", color=INK, fill=0.05)
         c.arrow((ox + 6.6, 8.0), (ox + 8.2, 8.0))
         combine = (
-            r"$W_c [\mathbf{e}_t; \mathbf{c}_t] + \mathbf{b}_c$"
+            r"$[\mathbf{e}_t; \mathbf{c}_t]\, W + \mathbf{b}$"
             if p == 0
-            else r"$\mathrm{ReLU}(W_c [\mathbf{e}_t; \mathbf{c}_t]"
-            r" + \mathbf{b}_c)$"
+            else r"$\mathrm{ReLU}([\mathbf{e}_t; \mathbf{c}_t]\, W"
+            r" + \mathbf{b})$"
         )
         c.box(ox + 17.5, 8.0, 18.6, 4.4, combine, color=INK, fill=0.05, fs=9.5)
         c.arrow((ox + 26.8, 8.0), (ox + 28.4, 8.0))
@@ -1150,8 +1150,9 @@ def cross_attention() -> Canvas:
             bbox={"fc": CARD, "ec": "none", "pad": 0.4},
             zorder=4,
         )
-    c.note(49.0, yd, "queries: decoder states", color=QUERY)
-    c.note(49.0, yd - 2.0, "(one per output word)", color=QUERY, fs=8.6)
+    c.note(49.0, yd + 1.0, "queries:", color=QUERY)
+    c.note(49.0, yd - 1.0, "decoder states", color=QUERY)
+    c.note(49.0, yd - 3.0, "(one per output word)", color=QUERY, fs=8.6)
     c.note(49.0, ye, "keys and values:", color=KEY)
     c.note(49.0, ye - 2.0, "encoder states", color=KEY)
     c.note(
