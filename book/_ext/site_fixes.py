@@ -84,6 +84,23 @@ def used_icons(outdir: Path) -> set[str]:
     return names
 
 
+PUA = re.compile(r"\\(e[0-9a-f]{3}|f[0-9a-f]{3})\b|([\ue000-\uf8ff])", re.I)
+
+
+def css_codepoints(outdir: Path) -> set[int]:
+    """Icons the stylesheets draw themselves, not by an ``fa-*`` class: the
+    admonition, dropdown and toggle icons (``--pst-icon-note: "\uf0f3"``,
+    ``content: "\\f107"``). The ``.fa-name:before`` table is left out: those
+    icons count only when a page or script names them (``used_icons``)."""
+    table = re.compile(r"(?:\.fa-[a-z0-9-]+:before,?)+\{content:\"[^\"]*\"\}")
+    found = set()
+    for path in (outdir / "_static").rglob("*.css"):
+        css = table.sub("", path.read_text(encoding="utf-8", errors="ignore"))
+        for escape, char in PUA.findall(css):
+            found.add(int(escape, 16) if escape else ord(char))
+    return found
+
+
 def subset_font(source: Path, codepoints: set[int], target: Path) -> None:
     from fontTools import subset
     from fontTools.ttLib import TTFont
@@ -114,6 +131,7 @@ def slim_font_awesome(outdir: Path) -> None:
     css = css_path.read_text(encoding="utf-8")
     table = icon_codepoints(css)
     codepoints = {table[name] for name in used_icons(outdir) if name in table}
+    codepoints |= css_codepoints(outdir)
     folder = outdir / "_static" / SUBSETS
     folder.mkdir(exist_ok=True)
 

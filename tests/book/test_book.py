@@ -121,7 +121,7 @@ def test_framework_tabs_hold_code_and_outputs(site, doc):
     if not tagged:
         pytest.skip(f"{doc} has no framework cells")
     assert tab_sets, f"{doc}: tagged cells but no tab set in the HTML"
-    seen = 0
+    seen = with_outputs = 0
     for tab_set in tab_sets:
         labels = tab_set.find_all("label", class_="sd-tab-label", recursive=False)
         assert [lb.get("data-sync-id") for lb in labels] == list(FRAMEWORK_TAGS)
@@ -134,9 +134,10 @@ def test_framework_tabs_hold_code_and_outputs(site, doc):
             assert cells and all(f"tag_{fw}" in c["class"] for c in cells)
             seen += len(cells)
             assert content.select("div.cell_input"), "code missing from a tab"
-        assert any(c.select("div.cell_output") for c in contents), (
-            f"{doc}: a tab set shows no outputs"
-        )
+        with_outputs += any(c.select("div.cell_output") for c in contents)
+    # a tab set may only define things (a model in each framework); the outputs
+    # of the tagged cells that print or plot are inside their tabs
+    assert with_outputs, f"{doc}: no tab set shows an output"
     assert seen == len(tagged), f"{doc}: {len(tagged)} tagged cells, {seen} in tabs"
 
 
@@ -227,3 +228,21 @@ def test_every_page_first_load_is_at_most_3_mb(site):
     assert not heavy, json.dumps(heavy, indent=1)
     scripts = [a["file"] for a in weights["assets"] if "fontawesome" in a["file"]]
     assert not scripts, f"pages still load Font Awesome's JS: {scripts}"
+
+
+def test_icon_subsets_hold_every_icon_the_stylesheets_draw(site):
+    """The admonition, dropdown and toggle icons come from CSS (``content``, the
+    theme's ``--pst-icon-*`` variables), not from an ``fa-*`` class in a page:
+    the Font Awesome subsets must still hold them (they once rendered as boxes)."""
+    from fontTools.ttLib import TTFont
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "book" / "_ext"))
+    import site_fixes
+
+    drawn = site_fixes.css_codepoints(site)
+    assert 0xF0EB in drawn, "the tip admonition's lightbulb is not found in the CSS"
+    subsets = sorted((site / "_static" / site_fixes.SUBSETS).glob("*.woff"))
+    assert len(subsets) == 3, subsets  # solid, regular, brands
+    held = set().union(*(TTFont(str(f)).getBestCmap() for f in subsets))
+    missing = sorted(hex(c) for c in drawn - held)
+    assert not missing, f"icons the CSS draws but the subset lacks: {missing}"
