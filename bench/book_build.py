@@ -16,7 +16,8 @@ order in which ``execute_parallel.py`` starts them). The build inputs --
 ``_config.yml``,
 ``_toc.yml``, ``book/`` (with the extensions in ``book/_ext``), everything
 ``_config.yml`` names (logo, favicon, bib files, local extensions) and the
-folders the chapters offer as ``{download}`` (``exercises/``) -- are copied to
+folders the chapters offer as ``{download}`` (``exercises/``) and the assignments
+the ``{assignment}`` sections render from (``solutions/``) -- are copied to
 a fresh temporary folder, and every stage works on that copy. ``attncourse`` is
 installed in the virtual environment, so it imports from anywhere. The copy's
 ``book/_ext/execute_parallel.py`` finds its root from its own path; that this
@@ -126,6 +127,7 @@ EXECUTED = re.compile(
     r"executed (\d+) notebook\(s\) in ([\d.]+) s; (\d+) already cached"
 )
 DOWNLOAD = re.compile(r"\{download\}`(?:[^`<]*<([^>`]+)>|([^`]+))`")
+ASSIGNMENT = re.compile(r"^```\{assignment\}\s+\S+", re.M)
 SAMPLE_SECONDS = 0.05
 TAIL = 4000
 
@@ -160,10 +162,25 @@ def download_roots(book: Path, root: Path) -> set[str]:
     return found
 
 
+def assignment_roots(book: Path) -> set[str]:
+    """``solutions/`` when a chapter renders its Exercise section from an
+    assignment (``{assignment} <slug>`` reads solutions/<slug>/<slug>.ipynb)."""
+    uses = any(
+        ASSIGNMENT.search(md.read_text(encoding="utf-8")) for md in book.rglob("*.md")
+    )
+    return {"solutions"} if uses else set()
+
+
 def copy_sources(root: Path, dest: Path) -> list[str]:
     """Copy what ``jupyter-book build`` reads from ``root`` into ``dest``."""
     config = yaml.safe_load((root / "_config.yml").read_text())
-    wanted = {*SOURCES, *config_paths(config), *download_roots(root / "book", root)}
+    book = root / "book"
+    wanted = {
+        *SOURCES,
+        *config_paths(config),
+        *download_roots(book, root),
+        *assignment_roots(book),
+    }
     copied = []
     for rel in sorted(wanted):
         src, dst = root / rel, dest / rel

@@ -356,6 +356,21 @@ def test_copy_sources_takes_config_extensions_and_downloads(tmp_path):
     assert not (dest / "book" / "__pycache__").exists()
 
 
+def test_copy_sources_takes_the_assignments_the_exercise_sections_render(tmp_path):
+    # the {assignment} directive reads solutions/<slug>/<slug>.ipynb: without
+    # it the benchmark's copy failed to build (bench-build reported FAILED)
+    root = tmp_path / "project"
+    write(root / "_config.yml", "title: t\n")
+    write(root / "_toc.yml", "format: jb-book\nroot: book/index\n")
+    write(root / "book" / "index.md", "## Exercise\n\n```{assignment} demo\n```\n")
+    write(root / "solutions" / "demo" / "demo.ipynb", "{}")
+    copied = book_build.copy_sources(root, tmp_path / "copy")
+    assert "solutions" in copied
+    assert (tmp_path / "copy" / "solutions" / "demo" / "demo.ipynb").is_file()
+    write(root / "book" / "index.md", "no exercise\n")
+    assert "solutions" not in book_build.copy_sources(root, tmp_path / "again")
+
+
 def test_copied_execute_parallel_resolves_root_to_the_copy(tmp_path):
     dest = tmp_path / "copy"
     book_build.copy_sources(book_build.ROOT, dest)
