@@ -43,16 +43,18 @@ def test_chapter_is_a_myst_notebook_with_both_frameworks(doc):
         assert set(FRAMEWORK_TAGS) <= tags, f"{doc} lacks a TensorFlow or PyTorch cell"
 
 
+def parse_cell(code: str) -> ast.Module:
+    """A code cell's Python, without IPython magics and shell lines."""
+    lines = code.splitlines()
+    return ast.parse("\n".join(ln for ln in lines if not ln.startswith(("%", "!"))))
+
+
 @pytest.mark.parametrize("doc", chapters())
 def test_chapter_does_not_redefine_library_code(doc):
     """One source of truth: chapters show library code, they do not copy it."""
     library = set(anp.__all__)
     for _, code in code_cells(source_path(doc)):
-        tree = ast.parse(
-            "\n".join(
-                line for line in code.splitlines() if not line.startswith(("%", "!"))
-            )
-        )
+        tree = parse_cell(code)
         defined = {
             node.name
             for node in ast.walk(tree)
@@ -156,9 +158,7 @@ def test_optional_sections_say_so_first(doc):
 
 def names_in(code: str) -> tuple[set[str], set[str]]:
     """(names a cell binds, names it reads) -- imports, defs, targets, loads."""
-    tree = ast.parse(
-        "\n".join(line for line in code.splitlines() if not line.startswith(("%", "!")))
-    )
+    tree = parse_cell(code)
     binds, reads = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
