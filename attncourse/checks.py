@@ -687,3 +687,15 @@ def decoder_step_inputs(
         check_src_len(src_len, max_src_len)
     if src_mask is not None:
         check_src_mask(src_mask, enc_shape)
+
+
+# --------------------------------------------------------------------------
+# Part 3 (the Transformer). One section per topic; add checks to your own.
+
+# --- transformer blocks (norms, feed-forward, encoder/decoder blocks) ---
+
+# --- the tiny model (tokens, training data) ---
+
+# --- positions (learned, RoPE, ALiBi) ---
+
+# --- decoding (KV cache, MQA/GQA) ---

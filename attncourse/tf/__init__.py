@@ -10,6 +10,7 @@ See ``attncourse`` for the shape and mask conventions.
 import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
 
 from . import (
+    decoding,
     layers,
     masking,
     multihead,
@@ -17,9 +18,12 @@ from . import (
     positional,
     scoring,
     seq2seq,
+    tiny,
     train,
+    transformer,
     weights,
 )
+from .decoding import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
@@ -27,7 +31,9 @@ from .pooling import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .tiny import *  # noqa: F401,F403
 from .train import *  # noqa: F401,F403
+from .transformer import *  # noqa: F401,F403
 from .weights import *  # noqa: F401,F403
 
 __all__ = sorted(
@@ -42,6 +48,9 @@ __all__ = sorted(
                 multihead,
                 positional,
                 seq2seq,
+                transformer,
+                tiny,
+                decoding,
                 train,
                 weights,
             )

@@ -26,6 +26,7 @@ Conventions, shared by every figure through the helpers below:
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import re
 import sys
@@ -1608,7 +1609,23 @@ def svg_bytes(fig) -> bytes:
     return text.encode("utf-8")
 
 
+def all_figures() -> dict[str, Callable[[], Canvas]]:
+    """FIGURES plus each ``fig_*.py`` module's FIGURES in this folder (one module
+    per chapter of part 3 onwards; they import their helpers from here)."""
+    figures = dict(FIGURES)
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    for path in sorted(HERE.glob("fig_*.py")):
+        module = importlib.import_module(path.stem)
+        clash = sorted(set(module.FIGURES) & set(figures))
+        if clash:
+            raise SystemExit(f"{path.name} redefines figure(s) {clash}")
+        figures.update(module.FIGURES)
+    return figures
+
+
 def draw(names: Sequence[str], out: Path, png: Path | None = None) -> list[Path]:
+    FIGURES = all_figures()
     unknown = sorted(set(names) - set(FIGURES))
     if unknown:
         raise SystemExit(f"unknown figure(s): {unknown}; known: {sorted(FIGURES)}")
@@ -1635,7 +1652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE, help="folder for the SVGs")
     parser.add_argument("--png", type=Path, help="also write PNG previews here")
     args = parser.parse_args(argv)
-    for path in draw(args.names or list(FIGURES), args.out, args.png):
+    for path in draw(args.names or list(all_figures()), args.out, args.png):
         print(path)
     return 0
 

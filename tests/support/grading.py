@@ -1070,6 +1070,22 @@ BUGS = (
 )
 
 
+def _catalogues() -> tuple:
+    """The bugs of the later assignments: one module per assignment,
+    ``support/bugs_<module>.py``, whose ``ROWS`` are B(...)'s arguments as
+    tuples (assignment, student, part, edits, lost[, tag[, says]])."""
+    import importlib
+
+    rows = []
+    for path in sorted(Path(__file__).parent.glob("bugs_*.py")):
+        module = importlib.import_module(f"{__package__}.{path.stem}")
+        rows += [B(*row) for row in module.ROWS]
+    return tuple(rows)
+
+
+BUGS = BUGS + _catalogues()
+
+
 WARNING_EDITS = {
     "key-value-masking": {
         "tf": [("* tf.cast(mask, scores.dtype)", "* tf.compat.v1.to_float(mask)")],
