@@ -166,11 +166,11 @@ def _callables(fw, name):
     obj = getattr(MODULES[fw], name)
     if not inspect.isclass(obj):
         return [(name, obj)]
-    pairs = [
-        (f"{name}.__init__", obj.__init__),
-        (f"{name}.<call>", getattr(obj, CALL[fw])),
-    ]
     ref_cls = getattr(anp, name)
+    pairs = [(f"{name}.__init__", obj.__init__)]
+    if "__call__" in dir(ref_cls):
+        # a layer (not a plain container such as KVCache): compare its call
+        pairs.append((f"{name}.<call>", getattr(obj, CALL[fw])))
     for method, _ in inspect.getmembers(ref_cls, inspect.isfunction):
         if not method.startswith("_"):
             pairs.append((f"{name}.{method}", getattr(obj, method, None)))
