@@ -12,7 +12,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench bench-attention bench-build bench-grading grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench bench-attention bench-build bench-grading bench-kv grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -24,7 +24,7 @@ help:
 	@echo "make lint   - ruff format --check and ruff check over every Python file"
 	@echo "make bench  - benchmarks (attention speed, book build, grading); figures go to"
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
-	@echo "              bench-build, bench-grading"
+	@echo "              bench-build, bench-grading, bench-kv (KV-cache decoding speed)"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
 	@echo "              (WORKERS=n autograde processes at once; default: one per core)"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
@@ -82,7 +82,7 @@ lint: $(DEV_STAMP)
 
 # Benchmarks (figures, never pass/fail): each writes <name>.json + <name>.md to
 # _build/bench/. `make bench` runs all three, one after the other (~30 min).
-bench: bench-attention bench-build bench-grading
+bench: bench-attention bench-build bench-grading bench-kv
 
 bench-attention: $(DEV_STAMP)
 	mkdir -p _build/bench
@@ -95,6 +95,10 @@ bench-build: $(DEV_STAMP)
 bench-grading: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/grading_speed.py --out _build/bench/grading_speed.json
+
+bench-kv: $(DEV_STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/kv_cache_speed.py --out _build/bench/kv_cache_speed.json
 
 # Autograde processes at once (default: one per CPU core).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
