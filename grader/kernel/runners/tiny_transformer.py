@@ -1,0 +1,139 @@
+"""Kernel side of ``tiny-transformer``: the student's head scores.
+
+Only calls the student's functions on the case's inputs and returns what they
+give: the scores (and their gradient w.r.t. the maps), the two head indices,
+and for the error cases whether a ValueError was raised (an outcome code).
+"""
+
+from grader.kernel.adapters import to_numpy
+from grader.kernel.errors import GradingError, student_error
+from grader.kernel.runners._common import (
+    Run,
+    call_and_unpack,
+    lookup,
+    tensors,
+    with_gradients,
+)
+
+PREVIOUS = {"tf": "previous_token_score_tf", "torch": "previous_token_score_torch"}
+INDUCTION = {"tf": "induction_score_tf", "torch": "induction_score_torch"}
+FIND = {"tf": "find_heads_tf", "torch": "find_heads_torch"}
+ERRORS = {fw: f"{PREVIOUS[fw]} and {INDUCTION[fw]}" for fw in ("tf", "torch")}
+# outcome codes of the error cases: what the call did
+RETURNED, VALUE_ERROR, OTHER_ERROR = 0, 1, 2
+
+
+def run_previous(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = True
+) -> dict:
+    name = PREVIOUS[framework]
+    fn = lookup(namespace, name)
+    t = tensors(framework, inputs, ("weights", "upstream"), variables=("weights",))
+    what = f"{name}(weights)"
+
+    def forward():
+        return call_and_unpack(what, fn, (t["weights"],), {}, ("scores",))
+
+    sources = {"weights": t["weights"]}
+    return with_gradients(framework, forward, sources, {"scores": t["upstream"]}, name)
+
+
+def run_induction(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = True
+) -> dict:
+    name = INDUCTION[framework]
+    fn = lookup(namespace, name)
+    t = tensors(
+        framework, inputs, ("weights", "tokens", "upstream"), variables=("weights",)
+    )
+    what = f"{name}(weights, tokens)"
+
+    def forward():
+        return call_and_unpack(what, fn, (t["weights"], t["tokens"]), {}, ("scores",))
+
+    sources = {"weights": t["weights"]}
+    return with_gradients(framework, forward, sources, {"scores": t["upstream"]}, name)
+
+
+def _index(value, what: str):
+    """A head index the student returned (int, 0-d tensor) as a Python int;
+    anything else (NaN, a huge number, several numbers) is their error."""
+    import numpy as np
+
+    arr = to_numpy(value, what)
+    if arr is None or arr.size != 1 or arr.dtype.kind not in "iuf":
+        shape = "None" if arr is None else f"shape {arr.shape}, dtype {arr.dtype}"
+        raise GradingError(f"{what} should be one head index (an int), got {shape}")
+    x = float(arr.reshape(()).astype(np.float64))
+    if not (abs(x) < 2**31 and x == int(x)):
+        raise GradingError(f"{what} should be a whole head index, got {x:g}")
+    return int(x)
+
+
+def run_find(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = False
+) -> dict:
+    import numpy as np
+
+    name = FIND[framework]
+    fn = lookup(namespace, name)
+    t = tensors(framework, inputs, ("weights", "tokens"))
+    what = f"{name}(weights, tokens)"
+    out = call_and_unpack(
+        what, fn, (t["weights"], t["tokens"]), {}, ("previous", "induction")
+    )
+    heads = [_index(out[k], f"{what}: the {k} head") for k in out]
+    return {"heads": np.array(heads, dtype=np.int64)}
+
+
+def _outcome(what: str, fn, *args) -> int:
+    """What calling the student's fn did: returned, ValueError, other error."""
+    try:
+        fn(*args)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except NotImplementedError as exc:
+        raise student_error(what, exc) from None
+    except ValueError:
+        return VALUE_ERROR
+    except BaseException:  # noqa: BLE001  (student code may raise anything)
+        return OTHER_ERROR
+    return RETURNED
+
+
+def run_errors(
+    framework: str, namespace: dict, inputs: dict, gradients: bool = False
+) -> dict:
+    """The outcome of each call of the case, in its (drawn) order: kinds[k]
+    0 = previous_token_score(weights_k), 1 = induction_score(weights_k,
+    tokens_k)."""
+    import numpy as np
+
+    functions = (
+        (PREVIOUS[framework], lookup(namespace, PREVIOUS[framework])),
+        (INDUCTION[framework], lookup(namespace, INDUCTION[framework])),
+    )
+    outcomes = []
+    for k, kind in enumerate(np.asarray(inputs["kinds"]).tolist()):
+        name, fn = functions[kind]
+        if kind == 0:
+            args = (tensors(framework, inputs, (f"weights_{k}",))[f"weights_{k}"],)
+            what = f"{name}(weights)"
+        else:
+            t = tensors(framework, inputs, (f"weights_{k}", f"tokens_{k}"))
+            args = (t[f"weights_{k}"], t[f"tokens_{k}"])
+            what = f"{name}(weights, tokens)"
+        outcomes.append(_outcome(what, fn, *args))
+    return {"outcomes": np.array(outcomes, dtype=np.int64)}
+
+
+RUNS = {
+    # full maps first: on causal maps the key i + 1 has weight 0, so a score
+    # of zeros (nothing computed) would look like the next-token mistake
+    "previous_token": Run(
+        run_previous, cases=("full", "causal", "two"), gradients=True
+    ),
+    "induction": Run(run_induction, cases=("repeats", "mixed"), gradients=True),
+    "find_heads": Run(run_find, cases=("model", "small")),
+    "errors": Run(run_errors, cases=("errors",)),
+}
