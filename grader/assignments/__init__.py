@@ -16,6 +16,10 @@ ASSIGNMENTS = {
     "cross-attention-seq2seq": "cross_attention_seq2seq",
     "multi-head-attention": "multi_head_attention",
     "builtin-layers": "builtin_layers",
+    "transformer-block": "transformer_block",
+    "tiny-transformer": "tiny_transformer",
+    "positions": "positions",
+    "kv-cache": "kv_cache",
 }
 
 

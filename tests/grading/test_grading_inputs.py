@@ -796,6 +796,10 @@ def test_dynamic_access_is_flagged(code, expected):
         "cross-attention-seq2seq",
         "multi-head-attention",
         "builtin-layers",
+        "transformer-block",
+        "tiny-transformer",
+        "positions",
+        "kv-cache",
     ],
 )
 def test_honest_solutions_are_not_flagged(assignment):
