@@ -50,10 +50,13 @@ def transformer_block() -> Canvas:
             c.note(
                 ox + 1.5, 56.6, "norm inside each branch: stream untouched", color=INK
             )
+        # post-LN: y leaves LN2; pre-LN: y is the stream itself, and the final
+        # LN (once per stack, not part of a block) sits above it, dashed
+        y_out = 51.5 if p == 0 else 46.0
         c.box(sx, 6.5, 7.0, 3.4, "$x$", color=INK, fill=0.06)
-        c.box(sx, 51.5, 7.0, 3.4, "$y$", color=INK, fill=0.06)
-        _stream(c, sx, 8.2, 49.8)
-        c.arrow((sx, 47.5), (sx, 49.8), color=STREAM, lw=1.4)
+        c.box(sx, y_out, 7.0, 3.4, "$y$", color=INK, fill=0.06)
+        _stream(c, sx, 8.2, y_out - 1.7)
+        c.arrow((sx, y_out - 4.0), (sx, y_out - 1.7), color=STREAM, lw=1.4)
         if p == 0:
             _branch(c, sx, bx, 11.0, 21.0, [("MHA", ATTN, "sub", 16.0)])
             _add(c, sx, 21.0)
@@ -86,9 +89,10 @@ def transformer_block() -> Canvas:
                 [("LN$_2$", NORM, "norm", 31.5), ("FFN", FFN, "sub", 37.0)],
             )
             _add(c, sx, 41.5)
-            _norm_box(c, sx, 46.0, "final LN", dashed=True)
-            c.note(sx + 5.2, 46.0, "once, after the", fs=8.6)
-            c.note(sx + 5.2, 44.3, "last block", fs=8.6)
+            c.arrow((sx, 47.7), (sx, 49.8), color=INK, lw=1.1, dashed=True)
+            _norm_box(c, sx, 51.5, "final LN", dashed=True)
+            c.note(sx + 5.2, 52.3, "once, after the last", fs=8.6)
+            c.note(sx + 5.2, 50.6, "block: not part of $y$", fs=8.6)
             c.note(
                 ox + 1.5,
                 3.8,
