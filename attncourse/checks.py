@@ -694,8 +694,508 @@ def decoder_step_inputs(
 
 # --- transformer blocks (norms, feed-forward, encoder/decoder blocks) ---
 
+BLOCK_NORMS = ("pre", "post")
+ACTIVATIONS = ("relu", "gelu")
+FFN_WEIGHTS = ("W_1", "b_1", "W_2", "b_2")
+
+
+def block_shapes(d_model: int, d_ff: int, cross: bool = False) -> dict:
+    """name -> shape of a Transformer block's flat parameter dict: attn.* (MHA,
+    W (d_model, d_model), b (d_model,)), norm1.gamma/beta, ffn.W_1 (d_model,
+    d_ff), ffn.b_1, ffn.W_2 (d_ff, d_model), ffn.b_2, norm2.*; with ``cross``
+    also cross.* and norm3.* (a decoder block)."""
+    d, f = d_model, d_ff
+    shapes = {}
+    for sub in ("attn", "cross") if cross else ("attn",):
+        for c in "qkvo":
+            shapes[f"{sub}.W_{c}"], shapes[f"{sub}.b_{c}"] = (d, d), (d,)
+    norms = ("norm1", "norm2", "norm3") if cross else ("norm1", "norm2")
+    for norm in norms:
+        shapes[f"{norm}.gamma"], shapes[f"{norm}.beta"] = (d,), (d,)
+    shapes.update({"ffn.W_1": (d, f), "ffn.b_1": (f,)})
+    shapes.update({"ffn.W_2": (f, d), "ffn.b_2": (d,)})
+    return shapes
+
+
+def block_options(norm, activation) -> None:
+    """norm is 'pre' or 'post'; activation 'relu' or 'gelu'."""
+    if not isinstance(norm, str) or norm not in BLOCK_NORMS:
+        raise ValueError(
+            f"norm must be 'pre' (x + sublayer(LN(x)), Xiong et al. 2020) or "
+            f"'post' (LN(x + sublayer(x)), Vaswani et al. 2017), got {norm!r}"
+        )
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def block_sizes(d_model, num_heads, d_ff, norm, activation, dropout) -> None:
+    """A block's sizes: d_model split evenly into num_heads heads, d_ff >= 1,
+    a known norm and activation, 0 <= dropout < 1."""
+    check_positive("d_model", d_model)
+    check_positive("num_heads", num_heads)
+    check_heads(d_model, num_heads)
+    check_positive("d_ff", d_ff)
+    block_options(norm, activation)
+    if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
+def norm_inputs(x, gamma, beta=None) -> None:
+    """Float x (..., d) with gamma (and beta) of shape (d,)."""
+    check_float("x", x)
+    shape = shape_of(x)
+    if not shape:
+        raise ValueError("x must have at least one axis (..., d), got a scalar")
+    param("gamma", gamma, (shape[-1],))
+    if beta is not None:
+        param("beta", beta, (shape[-1],))
+
+
+def ffn_params(params: dict, d_model: int) -> None:
+    """params holds exactly W_1 (d_model, d_ff), b_1 (d_ff,), W_2 (d_ff,
+    d_model), b_2 (d_model,)."""
+    check_weight_keys(FFN_WEIGHTS, params)
+    param("W_1", params["W_1"], (d_model, None))
+    d_ff = shape_of(params["W_1"])[1]
+    param("b_1", params["b_1"], (d_ff,))
+    param("W_2", params["W_2"], (d_ff, d_model))
+    param("b_2", params["b_2"], (d_model,))
+
+
+def ffn_inputs(x, params: dict, activation) -> None:
+    """Float x (..., d_model) and the four FFN parameters that fit it."""
+    check_float("x", x)
+    shape = shape_of(x)
+    if not shape:
+        raise ValueError("x must have at least one axis (..., d_model)")
+    ffn_params(params, shape[-1])
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def block_params(params: dict, d_model: int, num_heads, cross: bool) -> int:
+    """The flat parameter dict of an encoder (cross False) or decoder block
+    for d_model features: exactly the names of block_shapes, each a float
+    array of its shape. Returns d_ff (from ffn.W_1)."""
+    check_positive("num_heads", num_heads)
+    check_heads(d_model, num_heads)
+    if "ffn.W_1" in params:
+        shape = _shape(params["ffn.W_1"])
+        d_ff = shape[1] if len(shape) == 2 else 1
+    else:
+        d_ff = 1
+    expected = block_shapes(d_model, d_ff, cross)
+    missing = sorted(set(expected) - set(params))
+    unknown = sorted(set(params) - set(expected))
+    if missing or unknown:
+        kind = "decoder block (with cross.* and norm3.*)" if cross else "block"
+        raise ValueError(
+            f"params of a {kind} must have exactly the keys {sorted(expected)}; "
+            f"missing {missing}, unknown {unknown}"
+        )
+    for name, shape in expected.items():
+        param(name, params[name], shape)
+    return d_ff
+
+
+def block_inputs(x, params, num_heads, norm, activation, mask, memory=None) -> None:
+    """x float (batch, n, d_model); params that fit it (block_params; with a
+    memory (batch, m, d_model) those of a decoder block); a bool mask of 1 to 4
+    axes; a known norm and activation."""
+    check_float("x", x)
+    shape = shape_of(x)
+    check_rank("x", shape, 3, "(batch, n, d_model)")
+    block_options(norm, activation)
+    block_params(params, shape[-1], num_heads, cross=memory is not None)
+    if memory is not None:
+        check_float("memory", memory)
+        check_sequence("memory", shape_of(memory), "d_model", shape[-1])
+        check_same_batch("x", shape, "memory", shape_of(memory))
+    if mask is not None:
+        check_mask_rank(shape_of(mask), dtype_name(mask))
+
+
 # --- the tiny model (tokens, training data) ---
+
+TINY_POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def tiny_sizes(vocab_size, d_model, num_heads, num_layers, max_len, positions):
+    """Positive sizes, d_model split evenly into heads, a known position
+    scheme; RoPE rotates pairs, so it needs an even d_model // num_heads."""
+    for name, value in (
+        ("vocab_size", vocab_size),
+        ("d_model", d_model),
+        ("num_layers", num_layers),
+        ("max_len", max_len),
+    ):
+        check_positive(name, value)
+    check_count("num_heads", num_heads)
+    check_heads(d_model, num_heads)
+    if positions not in TINY_POSITIONS:
+        raise ValueError(
+            f"positions must be one of {TINY_POSITIONS}, got {positions!r}"
+        )
+    if positions == "rope" and (d_model // num_heads) % 2:
+        raise ValueError(
+            f"positions='rope' rotates pairs of features, so the head size "
+            f"d_model // num_heads = {d_model} // {num_heads} must be even"
+        )
+
+
+def tiny_tokens(tokens, vocab_size, max_len, positions) -> None:
+    """tokens: integer ids (batch, n), n >= 1; with learned positions n <=
+    max_len (the table has max_len rows). Values in [0, vocab_size) are
+    checked when they are concrete (eager), never inside a traced graph."""
+    check_tokens("tokens", tokens, "(batch, n)", 2)
+    n = shape_of(tokens)[1]
+    if n < 1:
+        raise ValueError(
+            f"tokens must hold at least one position, got shape {shape_of(tokens)}"
+        )
+    if positions == "learned" and n > max_len:
+        raise ValueError(
+            f"tokens have n={n} positions, more than max_len={max_len}: learned "
+            f"positions have one table row per position up to max_len; build "
+            f"the model with max_len >= {n}, or use positions 'sinusoidal', "
+            f"'rope', 'alibi' or 'none', which accept any length"
+        )
+    try:
+        values = np.asarray(tokens)
+    except Exception:  # a symbolic tensor: nothing concrete to check
+        return
+    if values.size and (values.min() < 0 or values.max() >= vocab_size):
+        raise ValueError(
+            f"tokens must be ids in [0, vocab_size) = [0, {vocab_size}), got "
+            f"values from {int(values.min())} to {int(values.max())}"
+        )
+
+
+def head_mask_input(head_mask, num_layers: int, num_heads: int) -> None:
+    """head_mask: floats (num_layers, num_heads), one factor per head output."""
+    check_float("head_mask", head_mask)
+    check_shape(
+        "head_mask",
+        shape_of(head_mask),
+        (num_layers, num_heads),
+        "(num_layers, num_heads)",
+    )
+
+
+def head_weights_input(weights) -> None:
+    """Attention weights (batch, heads, n, n) of a causal self-attention, n >= 2
+    (a previous token exists only from position 1 on)."""
+    check_float("weights", weights)
+    shape = shape_of(weights)
+    check_rank("weights", shape, 4, "(batch, heads, n, n)")
+    if shape[2] != shape[3]:
+        raise ValueError(
+            f"weights must be self-attention maps (batch, heads, n, n) with as "
+            f"many queries as keys, got shape {shape}"
+        )
+    if shape[2] < 2:
+        raise ValueError(
+            f"head scores need n >= 2 positions (query i >= 1 has a previous "
+            f"token), got weights of shape {shape}"
+        )
+
+
+def induction_score_inputs(weights, tokens) -> None:
+    """head_weights_input, then tokens int (batch, n) of the weights' batch and
+    length (the repeated-token test needs the ids)."""
+    head_weights_input(weights)
+    check_tokens("tokens", tokens, "(batch, n)", 2)
+    batch, _, n, _ = shape_of(weights)
+    check_shape("tokens", shape_of(tokens), (batch, n), "(batch, n)")
+
+
+def check_repeated_tokens(count: int, shape: Shape) -> None:
+    """The induction score averages over queries whose token occurred before."""
+    if count == 0:
+        raise ValueError(
+            f"no repeated token in tokens of shape {shape}: the induction score "
+            f"averages over queries whose token occurred earlier in the row, "
+            f"and there are none (use a repeated sequence, e.g. induction_task)"
+        )
+
+
+def induction_task_sizes(batch, half_len, vocab_size, seed, distinct, min_repeat):
+    """Positive sizes, 1 <= min_repeat <= half_len; distinct rows draw
+    2 * half_len - min_repeat different tokens, at most vocab_size."""
+    for name, value in (
+        ("batch", batch),
+        ("half_len", half_len),
+        ("vocab_size", vocab_size),
+        ("min_repeat", min_repeat),
+    ):
+        check_positive(name, value)
+    check_count("seed", seed)
+    if min_repeat > half_len:
+        raise ValueError(
+            f"min_repeat={min_repeat} must be <= half_len={half_len} (the "
+            f"repeated sequence fits twice into 2 * half_len tokens)"
+        )
+    need = 2 * half_len - min_repeat
+    if distinct and need > vocab_size:
+        raise ValueError(
+            f"distinct=True draws up to 2 * half_len - min_repeat = {need} "
+            f"different tokens per row from vocab_size={vocab_size}; use a "
+            f"larger vocab_size, a smaller half_len or distinct=False"
+        )
+
 
 # --- positions (learned, RoPE, ALiBi) ---
 
+
+def _known_shape(x) -> tuple:
+    """x's shape with None for a size unknown while tracing a graph."""
+    return tuple(None if d is None else int(d) for d in x.shape)
+
+
+def _matches(shape: tuple, expected: tuple) -> bool:
+    """shape == expected, where None (unknown) on either side matches."""
+    return len(shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected, strict=True)
+    )
+
+
+def check_position_ids(positions, n, batch, has_batch: bool = True) -> None:
+    """positions: integers of shape (n,) or (batch, n); without a batch axis
+    in the input (``has_batch`` False) only (n,) fits. None = unknown size."""
+    shape, dt = _known_shape(positions), dtype_name(positions)
+    if not dt.startswith(("int", "uint")):
+        raise TypeError(f"positions must be integers, got dtype {dt}")
+    if not (_matches(shape, (n,)) or (has_batch and _matches(shape, (batch, n)))):
+        layouts = f"(n,) = ({n},)"
+        if has_batch:
+            layouts += f" or (batch, n) = ({batch}, {n})"
+        raise ValueError(f"positions must have shape {layouts}, got {shape}")
+
+
+def rope_inputs(x, positions) -> None:
+    """x (..., n, head_dim) with an even head_dim; positions (n,) or (batch, n)
+    where batch = x.shape[0] (x then needs >= 3 axes)."""
+    shape = _known_shape(x)
+    check_float("x", x)
+    if len(shape) < 2:
+        raise ValueError(f"x must have shape (..., n, head_dim), got {shape}")
+    if shape[-1] is None or shape[-1] % 2:
+        raise ValueError(
+            f"RoPE rotates pairs of features, so head_dim must be even; "
+            f"x has shape {shape} (head_dim={shape[-1]})"
+        )
+    if positions is not None:
+        check_position_ids(positions, shape[-2], shape[0], len(shape) >= 3)
+
+
+def alibi_inputs(num_heads, num_queries, num_keys) -> None:
+    """Positive head count; queries are the last num_queries of num_keys."""
+    check_positive("num_heads", num_heads)
+    check_count("num_queries", num_queries)
+    check_count("num_keys", num_keys)
+    if num_queries > num_keys:
+        raise ValueError(
+            f"ALiBi aligns the queries bottom-right (query i sits at position "
+            f"num_keys - num_queries + i), so num_queries={num_queries} must be "
+            f"<= num_keys={num_keys}"
+        )
+
+
+def check_position_range(low: int, high: int, max_len: int) -> None:
+    """Every position must index a row of a table of max_len rows."""
+    if low < 0 or high >= max_len:
+        fix = (
+            "positions count from 0"
+            if low < 0
+            else f"build it with max_len >= {high + 1}"
+        )
+        raise ValueError(
+            f"positions must lie in [0, max_len) = [0, {max_len}) of the learned "
+            f"position table, got positions from {low} to {high}; {fix}"
+        )
+
+
+def learned_positions_inputs(x, positions, d_model, max_len) -> None:
+    """x (batch, n, d_model) and positions (n,) / (batch, n) in [0, max_len);
+    without positions, n <= max_len. ``positions`` values are checked only
+    when they are concrete (eager), never inside a traced graph."""
+    shape = _known_shape(x)
+    check_sequence("inputs", shape, "d_model", d_model)
+    if positions is None:
+        if shape[1] is not None:
+            check_positions(shape[1], max_len)
+        return
+    check_position_ids(positions, shape[1], shape[0])
+    try:
+        values = np.asarray(positions)
+    except Exception:  # a symbolic tensor: nothing concrete to check
+        return
+    if values.size:
+        check_position_range(int(values.min()), int(values.max()), max_len)
+
+
 # --- decoding (KV cache, MQA/GQA) ---
+
+KV_LAYOUT = "(batch, num_kv_heads, t, head_dim)"
+
+
+def check_kv_heads(num_heads, num_kv_heads) -> None:
+    """num_kv_heads >= 1 key/value heads, each shared by a whole group of
+    num_heads // num_kv_heads query heads."""
+    check_positive("num_heads", num_heads)
+    check_positive("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        divisors = [g for g in range(1, num_heads + 1) if num_heads % g == 0]
+        raise ValueError(
+            f"num_heads={num_heads} is not divisible by num_kv_heads="
+            f"{num_kv_heads}: each key/value head serves a group of num_heads "
+            f"// num_kv_heads query heads, so choose num_kv_heads in {divisors}"
+        )
+
+
+def repeat_kv_inputs(x, num_heads) -> None:
+    """x (batch, num_kv_heads, n, head_dim) whose kv heads divide num_heads."""
+    shape = shape_of(x)
+    check_rank("x", shape, 4, "(batch, num_kv_heads, n, head_dim)")
+    check_kv_heads(num_heads, shape[1])
+
+
+def gqa_sizes(num_heads, num_kv_heads, d_model) -> None:
+    """A GQA layer: d_model split evenly into num_heads query heads, whose
+    number num_kv_heads divides."""
+    check_positive("d_model", d_model)
+    check_heads(d_model, num_heads)
+    check_kv_heads(num_heads, num_kv_heads)
+
+
+def check_gqa_params(
+    shapes: dict, queries: Shape, keys: Shape, values: Shape, num_heads, num_kv_heads
+) -> int:
+    """W_q (d_q_in, num_heads * head_dim), W_k and W_v (d_in, num_kv_heads *
+    head_dim), W_o (num_heads * head_dim, d_out), optional biases of the
+    matching sizes. Returns head_dim."""
+    check_kv_heads(num_heads, num_kv_heads)
+    missing = [k for k in MHA_WEIGHTS if k not in shapes]
+    unknown = sorted(set(shapes) - set(MHA_WEIGHTS) - set(MHA_BIASES))
+    if missing or unknown:
+        raise ValueError(
+            f"params must hold W_q, W_k, W_v, W_o and optionally b_q, b_k, b_v, "
+            f"b_o; missing {missing}, unknown {unknown}"
+        )
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        w = f"W_{name[0]}"
+        check_rank(w, shapes[w], 2, f"(d_{name[0]}_in, heads * head_dim)")
+        check_input_features(name, x, w, shapes[w])
+    width = shapes["W_q"][1]
+    if width % num_heads:
+        raise ValueError(
+            f"W_q of shape {shapes['W_q']} has {width} columns, not a multiple "
+            f"of num_heads={num_heads} (it holds num_heads * head_dim columns)"
+        )
+    head_dim = width // num_heads
+    kv = num_kv_heads * head_dim
+    for w in ("W_k", "W_v"):
+        if shapes[w][1] != kv:
+            raise ValueError(
+                f"{w} must have num_kv_heads * head_dim = {num_kv_heads} * "
+                f"{head_dim} = {kv} columns (head_dim = W_q's {width} columns / "
+                f"num_heads={num_heads}), got shape {shapes[w]}"
+            )
+    check_weight("W_o", shapes["W_o"], (width, None))
+    sizes = (width, kv, kv, shapes["W_o"][1])
+    for b, size in zip(MHA_BIASES, sizes, strict=True):
+        if b in shapes:
+            check_weight(b, shapes[b], (size,))
+    return head_dim
+
+
+def gqa_inputs(queries, keys, values, params, num_heads, num_kv_heads) -> None:
+    """Float queries, keys, values with pairing shapes and GQA params."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        check_float(name, x)
+    shapes = (shape_of(queries), shape_of(keys), shape_of(values))
+    check_qkv(*shapes)
+    params = {k: _shape(v) for k, v in params.items()}
+    check_gqa_params(params, *shapes, num_heads, num_kv_heads)
+
+
+def kv_cache_inputs(keys, values) -> None:
+    """A cache's keys and values: float, one dtype, (batch, num_kv_heads, t,
+    head_dim) each, of the same shape."""
+    check_float("keys", keys)
+    check_float("values", values)
+    check_same_dtype(keys=keys, values=values)
+    k, v = shape_of(keys), shape_of(values)
+    check_rank("keys", k, 4, KV_LAYOUT)
+    check_rank("values", v, 4, KV_LAYOUT)
+    if k != v:
+        raise ValueError(
+            f"a KV cache holds one value per key: keys {k} and values {v} must "
+            f"have the same shape {KV_LAYOUT}"
+        )
+
+
+def kv_cache_append(cached: Shape, keys, values) -> None:
+    """New keys/values (batch, num_kv_heads, n_new, head_dim) that continue a
+    cache of shape ``cached``: all axes but t must agree."""
+    kv_cache_inputs(keys, values)
+    new = shape_of(keys)
+    if (new[0], new[1], new[3]) != (cached[0], cached[1], cached[3]):
+        raise ValueError(
+            f"new keys/values {new} do not continue the cache {cached}: batch, "
+            f"num_kv_heads and head_dim must agree (only t may differ, "
+            f"{KV_LAYOUT})"
+        )
+
+
+def decode_step_inputs(
+    x, params, num_heads, num_kv_heads, cache, mask, *, cache_type
+) -> None:
+    """x (batch, n_new, d_in), n_new >= 1; GQA params; a cache (None or a
+    ``cache_type``, the framework's KVCache) of shape (batch, num_kv_heads,
+    t_past, head_dim) and x's dtype; a mask (optional) broadcastable to (batch,
+    num_heads, n_new, t_past + n_new)."""
+    if cache is not None and not isinstance(cache, cache_type):
+        package = cache_type.__module__.rsplit(".", 1)[0]
+        raise TypeError(
+            f"cache must be an {package} KVCache (as decode_step returns) or "
+            f"None, got {type(cache).__module__}.{type(cache).__name__}"
+        )
+    check_float("x", x)
+    xs = shape_of(x)
+    check_rank("x", xs, 3, "(batch, n_new, d_model)")
+    if xs[1] < 1:
+        raise ValueError(f"x must hold at least one new token, got shape {xs}")
+    shapes = {k: _shape(v) for k, v in params.items()}
+    head_dim = check_gqa_params(shapes, xs, xs, xs, num_heads, num_kv_heads)
+    t_past = 0
+    if cache is not None:
+        cs = shape_of(cache.keys)
+        want = (xs[0], num_kv_heads, cs[2], head_dim)
+        if cs != want:
+            raise ValueError(
+                f"the cache's keys {cs} do not fit this step: expected {KV_LAYOUT}"
+                f" = {want} (x {xs} has batch {xs[0]}; the layer has "
+                f"num_kv_heads={num_kv_heads}, head_dim={head_dim})"
+            )
+        check_same_dtype(x=x, cache=cache.keys)
+        t_past = cs[2]
+    if mask is not None:
+        scores = (xs[0], num_heads, xs[1], t_past + xs[1])
+        ms = shape_of(mask)
+        check_mask_rank(ms, dtype_name(mask))
+        if len(ms) >= 1 and ms[-1] != scores[-1]:
+            raise ValueError(
+                f"mask of shape {ms} covers {ms[-1]} keys, but the cache holds "
+                f"t_past={t_past} and x adds n_new={xs[1]}: the mask's last axis "
+                f"must be t_past + n_new = {scores[-1]}"
+            )
+        if len(ms) == 3:  # (batch, n_q, n_k) gets a head axis
+            ms = (ms[0], 1, *ms[1:])
+        check_mask(ms, dtype_name(mask), scores)
+
+
+def kv_cache_bytes_inputs(**sizes) -> None:
+    """Every size is an int >= 1 (dtype_bytes too)."""
+    for name, value in sizes.items():
+        check_positive(name, value)

@@ -17,7 +17,14 @@ import numpy as np
 
 from attncourse import checks
 
-__all__ = ["TASKS", "batch_indices", "prediction_accuracy", "token_task"]
+__all__ = [
+    "TASKS",
+    "batch_indices",
+    "induction_accuracy",
+    "induction_task",
+    "prediction_accuracy",
+    "token_task",
+]
 
 TASKS = ("copy", "reverse", "sort")
 
@@ -84,3 +91,65 @@ def prediction_accuracy(predictions, targets):
             raise TypeError(f"{name} must hold integer token ids, got {a.dtype}")
     right = predictions == targets
     return float(right.mean()), float(right.all(axis=1).mean())
+
+
+def induction_task(
+    batch, half_len, vocab_size, seed=0, *, distinct=True, min_repeat=None
+):
+    """Repeated random sequences: tokens int64 (batch, 2 * half_len).
+
+    Each row is a random sequence A of half_len tokens followed by A again
+    ("A B C ... A B C ..."). From the second copy on, the next token can be
+    read off the first copy: find the earlier occurrence of the current token
+    and copy the token after it (an induction head). With ``distinct`` (the
+    default) a row holds no other repeated token, so that earlier occurrence
+    is unique.
+
+    With a fixed half_len every copy sits half_len positions back, and a
+    head that attends by position alone ("half_len - 1 back") would do.
+    ``min_repeat`` breaks that shortcut: each row's A then has a random length
+    L in [min_repeat, half_len], and the row is 2 * (half_len - L) random
+    filler tokens, then A, then A again, so the distance between the copies
+    changes from row to row. distinct needs 2 * half_len - L <= vocab_size.
+    """
+    min_len = half_len if min_repeat is None else min_repeat
+    checks.induction_task_sizes(batch, half_len, vocab_size, seed, distinct, min_len)
+    rng = np.random.default_rng(int(seed))
+    batch, half_len, vocab_size = int(batch), int(half_len), int(vocab_size)
+    lengths = rng.integers(int(min_len), half_len + 1, size=batch)
+    rows = np.zeros((batch, 2 * half_len), dtype=np.int64)
+    for row, length in zip(rows, lengths, strict=True):
+        fresh = 2 * half_len - length  # filler + A, all drawn anew
+        if distinct:
+            draw = rng.permutation(vocab_size)[:fresh]
+        else:
+            draw = rng.integers(0, vocab_size, size=fresh)
+        row[:fresh] = draw
+        row[fresh:] = draw[-length:]  # the second copy of A
+    return rows
+
+
+def induction_accuracy(predictions, tokens):
+    """Accuracy of next-token predictions where induction applies: over the
+    positions i <= n - 2 whose token occurred earlier in the row (the second
+    copy of an induction_task row), the fraction with predictions[b, i] ==
+    tokens[b, i + 1]. Chance is about 1 / vocab_size.
+
+    predictions: int (batch, n), the argmax of the logits at each position.
+    """
+    predictions, tokens = np.asarray(predictions), np.asarray(tokens)
+    if predictions.shape != tokens.shape or tokens.ndim != 2:
+        raise ValueError(
+            f"predictions and tokens must be (batch, n) arrays of one shape, got "
+            f"{predictions.shape} and {tokens.shape} (take argmax over the "
+            f"vocabulary axis of the logits first)"
+        )
+    for name, a in (("predictions", predictions), ("tokens", tokens)):
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"{name} must hold integer token ids, got {a.dtype}")
+    n = tokens.shape[1]
+    earlier = (tokens[:, :, None] == tokens[:, None, :]) & np.tri(n, k=-1, dtype=bool)
+    repeated = earlier.any(axis=2)[:, :-1]  # (batch, n - 1): i has a target
+    checks.check_repeated_tokens(int(repeated.sum()), tokens.shape)
+    right = predictions[:, :-1] == tokens[:, 1:]
+    return float(right[repeated].mean())

@@ -22,6 +22,10 @@ NAMES = [
     "multihead-split-merge",
     "builtin-mask-polarity",
     "attention-cost-tiles",
+    "transformer-block",
+    "induction-heads",
+    "rope-rotation",
+    "kv-cache-gqa",
 ]
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"
