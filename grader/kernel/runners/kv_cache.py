@@ -23,6 +23,7 @@ from grader.kernel.runners._common import (
     tensors,
     with_gradients,
 )
+from grader.kernel.runners.transformer_block import real_results, refuse_unreal
 
 TARGETS = {"tf": "gqa_step_tf", "torch": "gqa_step_torch"}
 WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
@@ -46,7 +47,10 @@ def check_shapes(
     """Raise a GradingError naming the mistake if a result's shape is wrong.
 
     ``past``: the caches that went in (NumPy), to tell a cache returned
-    unchanged from one holding only the new tokens when t_past == n_new."""
+    unchanged from one holding only the new tokens when t_past == n_new.
+    Complex results are refused first, before a cache is fed back."""
+    for key in OUTPUTS:
+        refuse_unreal(results[key], f"{what}: {key}")
     outputs = results["outputs"]
     want = (batch, n_new, D_MODEL)
     if outputs is None or outputs.shape != want:
@@ -170,9 +174,10 @@ def run_decode(
     }
 
 
+checked_step = real_results(run_step, TARGETS)
 RUNS = {
-    "step": Run(run_step, cases=("chunk", "prefill")),
-    "heads": Run(run_step, cases=("mha", "mqa")),
-    "decode": Run(run_decode, cases=("decode",)),
-    "gradients": Run(run_step, cases=("chunk",), gradients=True),
+    "step": Run(checked_step, cases=("chunk", "prefill")),
+    "heads": Run(checked_step, cases=("mha", "mqa")),
+    "decode": Run(real_results(run_decode, TARGETS), cases=("decode",)),
+    "gradients": Run(checked_step, cases=("chunk",), gradients=True),
 }

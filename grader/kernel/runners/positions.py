@@ -1,4 +1,9 @@
-"""Kernel side of ``positions``: the student's RoPE and RoPE attention scores."""
+"""Kernel side of ``positions``: the student's RoPE and RoPE attention scores.
+
+The outcome codes of the odd head_dim are bound into ``odd_outcome`` when it
+is defined (a default argument, which the integrity probe watches with the
+function): rebinding the module's constants later changes nothing.
+"""
 
 import numpy as np
 
@@ -10,6 +15,7 @@ from grader.kernel.runners._common import (
     tensors,
     with_gradients,
 )
+from grader.kernel.runners.transformer_block import real_results
 
 ROPE = {"tf": "apply_rope_tf", "torch": "apply_rope_torch"}
 SCORES = {"tf": "rope_scores_tf", "torch": "rope_scores_torch"}
@@ -18,9 +24,12 @@ SCORE_INPUTS = ("queries", "keys", "q_positions", "k_positions")
 RETURNED, RAISED_VALUE_ERROR, RAISED_OTHER = 0, 1, 2
 
 
-def _odd(framework: str, fn, x, positions) -> int:
+def odd_outcome(
+    fn, x, positions, codes=(RETURNED, RAISED_VALUE_ERROR, RAISED_OTHER)
+) -> int:
     """How the student's apply_rope answers an odd head_dim: x without its
     last feature. Only the exception's class is read, never its message."""
+    returned, value_error, other = codes
     odd = x[..., :-1]
     try:
         if positions is None:
@@ -30,10 +39,10 @@ def _odd(framework: str, fn, x, positions) -> int:
     except (KeyboardInterrupt, SystemExit):
         raise
     except ValueError:
-        return RAISED_VALUE_ERROR
+        return value_error
     except BaseException:  # noqa: BLE001  (student code may raise anything)
-        return RAISED_OTHER
-    return RETURNED
+        return other
+    return returned
 
 
 def run_rope(framework: str, namespace: dict, inputs: dict, gradients=False) -> dict:
@@ -47,7 +56,7 @@ def run_rope(framework: str, namespace: dict, inputs: dict, gradients=False) -> 
     out = call_and_unpack(what, fn, args, {}, ("outputs",))
     results = numpy_results(out, name)
     positions = t["positions"] if bool(inputs["has_positions"]) else None
-    results["odd_error"] = np.array(_odd(framework, fn, t["x"], positions))
+    results["odd_error"] = np.array(odd_outcome(fn, t["x"], positions))
     return results
 
 
@@ -69,8 +78,10 @@ def run_scores(framework: str, namespace: dict, inputs: dict, gradients=False) -
     return with_gradients(framework, forward, sources, {"scores": g["upstream"]}, name)
 
 
+checked_rope = real_results(run_rope, ROPE)
+checked_scores = real_results(run_scores, SCORES)
 RUNS = {
-    "rope": Run(run_rope, cases=("default", "offset", "batched", "scattered")),
-    "scores": Run(run_scores, cases=("cached", "batched_scores")),
-    "gradients": Run(run_scores, cases=("cached",), gradients=True),
+    "rope": Run(checked_rope, cases=("default", "offset", "batched", "scattered")),
+    "scores": Run(checked_scores, cases=("cached", "batched_scores")),
+    "gradients": Run(checked_scores, cases=("cached",), gradients=True),
 }

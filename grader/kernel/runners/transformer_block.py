@@ -1,7 +1,16 @@
-"""Kernel side of ``transformer-block``: the student's pre-LN encoder block."""
+"""Kernel side of ``transformer-block``: the student's pre-LN encoder block.
+
+Also the Part 3 runners' shared guard, ``real_results``: a result that is not
+made of real numbers (a complex tensor) is the student's error here, named
+-- the grader's decoder refuses such arrays, so unchecked it would read as a
+forged result.
+"""
+
+import numpy as np
 
 from grader.kernel.adapters import inject_weights, unpack
 from grader.kernel.runners._common import (
+    GradingError,
     Run,
     call_student,
     lookup,
@@ -32,6 +41,57 @@ WEIGHTS = (
     "norm2_beta",
 )
 D_MODEL, D_FF = 8, 16
+REAL = "biuf"  # the dtype kinds a result may have (the wire format's)
+
+
+def refuse_unreal(value, what: str) -> None:
+    """GradingError unless ``value`` (a NumPy result or None) is real numbers."""
+    kind = None if value is None else np.asarray(value).dtype.kind
+    if kind is not None and kind not in REAL:
+        raise GradingError(
+            f"{what} has dtype {np.asarray(value).dtype}: return real numbers "
+            f"(float tensors); a computation with complex numbers must end in "
+            f"real ones (torch.view_as_real, tf.math.real / tf.math.imag)."
+        )
+
+
+def real_results(run_fn, targets: dict):
+    """``run_fn`` with every result checked by ``refuse_unreal``."""
+
+    def checked(framework, namespace, inputs, gradients=False):
+        results = run_fn(framework, namespace, inputs, gradients=gradients)
+        for key, value in results.items():
+            refuse_unreal(value, f"{targets[framework]}: {key}")
+        return results
+
+    return checked
+
+
+def plain_weights(framework: str, found: dict, owner: str) -> dict:
+    """The injected weights as what the gradient code may touch without
+    calling the student's code: a tf.Variable (a Keras variable's ``.value``,
+    read through ``call_student``) / a plain ``nn.Parameter`` (a subclass
+    could redefine ``.grad``)."""
+    plain = {}
+    for name, var in found.items():
+        if framework == "tf":
+            import tensorflow as tf
+
+            if not isinstance(var, tf.Variable):
+                var = call_student(f"{owner}.{name}.value", getattr, var, "value")
+            ok = isinstance(var, tf.Variable)
+        else:
+            from torch import nn
+
+            ok = type(var) is nn.Parameter
+        if not ok:
+            kind = "Keras weight (add_weight)" if framework == "tf" else "nn.Parameter"
+            raise GradingError(
+                f"{owner}.{name} is not a plain {kind} (got "
+                f"{type(var).__name__}); create it as the interface says"
+            )
+        plain[name] = var
+    return plain
 
 
 def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -> dict:
@@ -54,7 +114,17 @@ def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -
     )
     if framework == "tf":
         call_student(f"{name}(...)(x) (first call)", layer, t["x"])
-    variables = inject_weights(framework, layer, {w: inputs[w] for w in WEIGHTS}, name)
+    # the checks read the student's layer (its attributes, parameters(),
+    # trainable_weights, copy_/assign): what they raise is the student's error
+    found = call_student(
+        f"copying the weights into {name}",
+        inject_weights,
+        framework,
+        layer,
+        {w: inputs[w] for w in WEIGHTS},
+        name,
+    )
+    variables = plain_weights(framework, found, name)
     what = f"{name}(...)(x, padding_mask=..., return_weights=True)"
     out = call_student(what, layer, t["x"], padding_mask=mask, return_weights=True)
     results = numpy_results(unpack(out, ("outputs", "weights"), what), name)
@@ -72,8 +142,9 @@ def run(framework: str, namespace: dict, inputs: dict, gradients: bool = True) -
     return results
 
 
+checked_run = real_results(run, TARGETS)
 RUNS = {
-    "forward": Run(run, cases=("short", "long")),
-    "masks": Run(run, cases=("padded",)),
-    "gradients": Run(run, cases=("short",), gradients=True),
+    "forward": Run(checked_run, cases=("short", "long")),
+    "masks": Run(checked_run, cases=("padded",)),
+    "gradients": Run(checked_run, cases=("short",), gradients=True),
 }
