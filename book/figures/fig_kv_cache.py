@@ -23,7 +23,7 @@ from draw import (
 
 
 def _staircase(c: Canvas, x0: float, top: float, cell: float, steps: int) -> None:
-    """Row s: the cache after step s (keys 1..s), the newest key outlined."""
+    """Row s: the cache after step s (keys 0..s-1), the newest key outlined."""
     for s in range(1, steps + 1):
         y = top - (s - 1) * (cell + 0.5)
         colors = [[tint(KEY, 0.35)] * (s - 1) + [tint(KEY, 0.85)]]
@@ -32,7 +32,7 @@ def _staircase(c: Canvas, x0: float, top: float, cell: float, steps: int) -> Non
         c.text(
             x0 - 0.8,
             y - cell / 2,
-            f"step {s}: $q_{s}$",
+            f"step {s}: $q_{s - 1}$",
             fs=SMALL,
             ha="right",
             color=QUERY,
@@ -42,7 +42,7 @@ def _staircase(c: Canvas, x0: float, top: float, cell: float, steps: int) -> Non
         c.text(
             x0 + (j + 0.5) * cell,
             top + 0.5,
-            f"{j + 1}",
+            f"{j}",
             fs=8.6,
             va="bottom",
             color=MUTED,
@@ -55,7 +55,7 @@ def _chunk_masks(c: Canvas, x0: float, top: float, cell: float) -> None:
     j, i = np.arange(nk)[None], np.arange(nq)[:, None]
     right = j <= i + (nk - nq)
     wrong = j <= i
-    rows, cols = ["4", "5", "6"], [str(k + 1) for k in range(nk)]
+    rows, cols = ["3", "4", "5"], [str(k) for k in range(nk)]
     colors = [MUTED] * 3 + [INK] * 3
     for n, (allowed, label, ok) in enumerate(
         [(right, "bottom-right", True), (wrong, "top-left", False)]
@@ -70,7 +70,7 @@ def _chunk_masks(c: Canvas, x0: float, top: float, cell: float) -> None:
             color=INK if ok else QUERY,
             fs=SMALL,
         )
-        if not ok:  # cached keys the new queries should see, hidden
+        if not ok:  # keys the new queries should see, hidden
             for a, b in zip(*np.nonzero(right & ~wrong), strict=True):
                 c.outline(x + b * cell, top - a * cell, cell, cell, color=QUERY, lw=1.6)
     c.note(x0 + 1.5 * cell, top + 2.6, "cached", ha="center", fs=8.6)
@@ -82,7 +82,7 @@ def _groups(c, x0, y, num_kv, *, width=36.0, label="", per_token=""):
     H, w, gap = 8, 3.4, (width - 8 * 3.4) / 7
     xs = [x0 + w / 2 + h * (w + gap) for h in range(H)]
     for h, x in enumerate(xs):
-        c.box(x, y, w, 2.2, f"$q_{h + 1}$", color=QUERY, fs=SMALL)
+        c.box(x, y, w, 2.2, f"$q_{h}$", color=QUERY, fs=SMALL)
     group = H // num_kv
     for g in range(num_kv):
         members = xs[g * group : (g + 1) * group]
@@ -90,12 +90,10 @@ def _groups(c, x0, y, num_kv, *, width=36.0, label="", per_token=""):
         cx = (left + right) / 2
         c.box(cx, y - 5.2, right - left, 2.2, "", color=KEY, fill=0.3)
         if group == 1:
-            c.text(cx, y - 5.2, f"$k_{g + 1} v_{g + 1}$", fs=8.6)
+            c.text(cx, y - 5.2, f"$k_{g} v_{g}$", fs=8.6)
         else:
-            c.text(cx - (right - left) / 4, y - 5.2, f"$k_{g + 1}$", fs=SMALL)
-            c.text(
-                cx + (right - left) / 4, y - 5.2, f"$v_{g + 1}$", fs=SMALL, color=VALUE
-            )
+            c.text(cx - (right - left) / 4, y - 5.2, f"$k_{g}$", fs=SMALL)
+            c.text(cx + (right - left) / 4, y - 5.2, f"$v_{g}$", fs=SMALL, color=VALUE)
         for x in members:
             c.line(
                 [x, x if group == 1 else cx + (x - cx) * 0.5],
@@ -116,7 +114,7 @@ def kv_cache_gqa() -> Canvas:
     c.note(
         14.0 + 2.5 * cell, 31.2, "keys (and values) in the cache", ha="center", fs=8.6
     )
-    c.title(2.5, 27.0, "A chunk of 3 new tokens (queries 4-6)", fs=FS)
+    c.title(2.5, 27.0, "A chunk of 3 new tokens (positions 3-5)", fs=FS)
     _chunk_masks(
         c,
         5.0,
@@ -129,7 +127,7 @@ def kv_cache_gqa() -> Canvas:
     c.note(
         2.5,
         3.4,
-        "red outline: cached keys the top-left mask hides",
+        "red outline: keys the top-left mask wrongly hides",
         color=QUERY,
         fs=8.6,
     )
