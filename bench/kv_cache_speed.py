@@ -6,9 +6,11 @@ writes the JSON report and a markdown table beside it (same name, ``.md``).
 One decoding step of ``attncourse.{tf,torch}.decode_step`` (batch 1, d_model 64,
 2 heads, float32, one CPU thread) at context lengths 64 ... 4096 (``--quick``:
 64 ... 1024): "cached" appends one token to a cache of n tokens, "uncached"
-reruns the causal pass over all n + 1 tokens. Median of --repeats timed calls
-after one warm-up; the slope is the least-squares fit of log(time) on log(n)
-over the three longest lengths (about 1 = linear, 2 = quadratic growth per step).
+reruns the causal pass over all n + 1 tokens. --repeats rounds, each timing
+every call once in a fresh random order, after one warm-up; the table and
+slopes use the fastest call (the medians are in the JSON). The slope is the
+least-squares fit of log(time) on log(n) over the three longest lengths
+(about 1 = linear, 2 = quadratic growth per step).
 The cache sizes are kv_cache_bytes for a 32-layer model with 32 query heads of
 128 features, 4096 tokens, float16, for G = 32 (MHA), 8, 4 (GQA) and 1 (MQA).
 """
@@ -30,18 +32,26 @@ import attncourse.numpy as anp  # noqa: E402
 HEADS, KV_HEADS, WIDTH = 2, 2, 64
 
 
-def median_time(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def timed_rounds(calls: dict, repeats: int, seed: int = 0) -> dict:
+    """{key: (fastest, median) seconds}: every call once per round, in a fresh
+    random order each round (a fixed order lets one length always run right
+    after the slowest and inherit its cache misses), after one warm-up each."""
+    for fn in calls.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    order = list(calls)
+    rng = np.random.default_rng(seed)
+    times = {key: [] for key in order}
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for key in order:
+            start = time.perf_counter()
+            calls[key]()
+            times[key].append(time.perf_counter() - start)
+    return {k: (float(np.min(t)), float(np.median(t))) for k, t in times.items()}
 
 
 def step_times(framework, lengths, repeats):
-    """{n: (cached, uncached)} median seconds for one framework."""
+    """{n: ((fastest, median) cached, (fastest, median) uncached)} seconds."""
     if framework == "tf":
         import tensorflow as tf
 
@@ -62,15 +72,18 @@ def step_times(framework, lengths, repeats):
     params = anp.GroupedQueryAttention(HEADS, KV_HEADS, WIDTH).params
     p = {k: convert(v) for k, v in params.items()}
     x = np.random.default_rng(0).normal(size=(1, max(lengths) + 1, WIDTH))
-    out = {}
+    calls = {}
     for n in lengths:
         xs = convert(x[:, : n + 1])
         _, cache = lib.decode_step(xs[:, :n], p, HEADS, KV_HEADS)
         new = xs[:, n:]
-        cached = functools.partial(lib.decode_step, new, p, HEADS, KV_HEADS, cache)
-        uncached = functools.partial(lib.decode_step, xs, p, HEADS, KV_HEADS)
-        out[n] = (median_time(cached, repeats), median_time(uncached, repeats))
-    return out
+        step = functools.partial(lib.decode_step, new, p, HEADS, KV_HEADS, cache)
+        calls[n, "cached"] = step
+        calls[n, "uncached"] = functools.partial(
+            lib.decode_step, xs, p, HEADS, KV_HEADS
+        )
+    times = timed_rounds(calls, repeats)
+    return {n: (times[n, "cached"], times[n, "uncached"]) for n in lengths}
 
 
 def slope(lengths, times):
@@ -83,7 +96,7 @@ def main(argv=None):
         "--out", type=Path, default=Path("_build/bench/kv_cache_speed.json")
     )
     parser.add_argument("--quick", action="store_true", help="lengths up to 1024")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--frameworks", nargs="+", default=["torch", "tf"])
     args = parser.parse_args(argv)
     lengths = [64 * 2**i for i in range(5 if args.quick else 7)]
@@ -94,11 +107,13 @@ def main(argv=None):
     ]
     for fw in args.frameworks:
         times = step_times(fw, lengths, args.repeats)
-        cached = [times[n][0] for n in lengths]
-        uncached = [times[n][1] for n in lengths]
+        cached = [times[n][0][0] for n in lengths]
+        uncached = [times[n][1][0] for n in lengths]
         report["frameworks"][fw] = {
             "cached_s": cached,
             "uncached_s": uncached,
+            "cached_median_s": [times[n][0][1] for n in lengths],
+            "uncached_median_s": [times[n][1][1] for n in lengths],
             "slope_cached": slope(lengths, cached),
             "slope_uncached": slope(lengths, uncached),
         }
