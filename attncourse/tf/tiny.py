@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from attncourse import checks, tasks
-from attncourse.numpy.tiny import tiny_param_shapes
+from attncourse.numpy.tiny import _initial_value, tiny_param_shapes
 
 from . import positional
 from .masking import causal_mask, masked_softmax
@@ -30,6 +30,7 @@ __all__ = [
     "next_token_loss",
     "repeat_mask",
     "previous_token_score",
+    "tiny_param_shapes",
     "tiny_transformer",
     "train_tiny",
 ]
@@ -144,6 +145,7 @@ class TinyTransformer(keras.layers.Layer):
         positions="learned",
         layer_norm=False,
         d_ff=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -165,11 +167,17 @@ class TinyTransformer(keras.layers.Layer):
             layer_norm=layer_norm,
             d_ff=d_ff,
         )
+        # seed: the NumPy model's initial values (the same for any framework)
+        rng = None if seed is None else np.random.default_rng(seed)
         self._params = {
             name: self.add_weight(
                 name=name.replace(".", "_"),
                 shape=shape,
-                initializer=_initializer(name, shape),
+                initializer=(
+                    _initializer(name, shape)
+                    if rng is None
+                    else keras.initializers.Constant(_initial_value(name, shape, rng))
+                ),
             )
             for name, shape in shapes.items()
         }
@@ -243,6 +251,47 @@ def next_token_loss(logits, tokens, only_repeats=False):
     return tf.reduce_sum(losses * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
+def _adam_step(model, n, batch_size, learning_rate, only_repeats, clip_norm):
+    """The model's compiled Adam step for rows of n tokens and these
+    settings, with Adam reset.
+
+    Traced once per model and settings and kept on the model, so training the
+    same model again (from another seed's weights, after set_params) reuses
+    the graph instead of tracing it anew; Adam's variables go back to their
+    values right after build, as a fresh optimizer's.
+    """
+    key = (n, int(batch_size), float(learning_rate), bool(only_repeats), clip_norm)
+    steps = model.__dict__.get("_adam_steps")
+    if steps is None:  # object.__setattr__: not a Keras-tracked attribute
+        steps = {}
+        object.__setattr__(model, "_adam_steps", steps)
+    if key not in steps:
+        variables = list(model.params.values())
+        optimizer = keras.optimizers.Adam(learning_rate, epsilon=1e-8)
+        optimizer.build(variables)  # Adam's slots now, not inside the trace
+        initial = [v.numpy() for v in optimizer.variables]
+        signature = [
+            tf.TensorSpec((None, n), tf.int64),  # all training rows
+            tf.TensorSpec((int(batch_size),), tf.int64),  # one step's row ids
+        ]
+
+        @tf.function(input_signature=signature)
+        def step(tokens, batch):
+            x = tf.gather(tokens, batch)  # (batch_size, n)
+            with tf.GradientTape() as tape:
+                loss = next_token_loss(model(x), x, only_repeats)
+            grads = tape.gradient(loss, variables)
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+            optimizer.apply_gradients(zip(grads, variables, strict=True))
+            return loss
+
+        steps[key] = (step, optimizer, initial)
+    step, optimizer, initial = steps[key]
+    for variable, value in zip(optimizer.variables, initial, strict=True):
+        variable.assign(value)
+    return step
+
+
 def train_tiny(
     model,
     tokens,
@@ -259,28 +308,16 @@ def train_tiny(
     tokens: int (N, n) training rows; step s uses rows
     ``tasks.batch_indices(N, steps, batch_size, seed)[s]``, so a torch model
     trained with the same arguments sees the same batches. The gradient's
-    global norm is clipped to clip_norm. The step is compiled once (one
-    trace per call: the batch shape is fixed).
+    global norm is clipped to clip_norm. Each call starts a fresh Adam; the
+    step is compiled once per model and settings (tf.function), so a second
+    call on the same model (e.g. after set_params) does not trace again.
     """
-    tokens = tf.convert_to_tensor(np.asarray(tokens))
+    tokens = tf.cast(tf.convert_to_tensor(np.asarray(tokens)), tf.int64)
     checks.tiny_tokens(tokens, model.vocab_size, model.max_len, model.positions)
     rows = tasks.batch_indices(int(tokens.shape[0]), steps, batch_size, seed)
-    variables = list(model.params.values())
-    optimizer = keras.optimizers.Adam(learning_rate, epsilon=1e-8)
-    optimizer.build(variables)  # Adam's slots now, not inside the trace
-    spec = tf.TensorSpec((int(batch_size),), tf.int64)  # one step's row ids
-
-    @tf.function(input_signature=[spec])
-    def step(batch):
-        x = tf.gather(tokens, batch)  # (batch_size, n)
-        with tf.GradientTape() as tape:
-            loss = next_token_loss(model(x), x, only_repeats)
-        grads = tape.gradient(loss, variables)
-        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        optimizer.apply_gradients(zip(grads, variables, strict=True))
-        return loss
-
-    losses = [step(batch) for batch in tf.constant(rows)]
+    n, clip_norm = int(tokens.shape[1]), float(clip_norm)
+    step = _adam_step(model, n, batch_size, learning_rate, only_repeats, clip_norm)
+    losses = [step(tokens, batch) for batch in tf.constant(rows)]
     return np.array([float(loss) for loss in losses])
 
 

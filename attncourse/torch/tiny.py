@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attncourse import checks, tasks
-from attncourse.numpy.tiny import tiny_param_shapes
+from attncourse.numpy.tiny import _initial_value, tiny_param_shapes
 
 from . import positional
 from .masking import causal_mask, masked_softmax
@@ -28,6 +28,7 @@ __all__ = [
     "next_token_loss",
     "repeat_mask",
     "previous_token_score",
+    "tiny_param_shapes",
     "tiny_transformer",
     "train_tiny",
 ]
@@ -131,6 +132,7 @@ class TinyTransformer(nn.Module):
         positions="learned",
         layer_norm=False,
         d_ff=None,
+        seed=None,
     ):
         super().__init__()
         checks.tiny_sizes(
@@ -151,8 +153,17 @@ class TinyTransformer(nn.Module):
             d_ff=d_ff,
         )
         self._names = list(shapes)
+        # seed: the NumPy model's initial values (the same for any framework)
+        rng = None if seed is None else np.random.default_rng(seed)
         self.weights = nn.ParameterDict(
-            {_key(k): nn.Parameter(_initial(k, s)) for k, s in shapes.items()}
+            {
+                _key(k): nn.Parameter(
+                    _initial(k, s)
+                    if rng is None
+                    else torch.tensor(_initial_value(k, s, rng), dtype=torch.float32)
+                )
+                for k, s in shapes.items()
+            }
         )
 
     @property

@@ -33,6 +33,9 @@ FRAMEWORK_ONLY = {  # name -> (the modules that have it, why only those)
     "to_keras_gru": ({"tf"}, "returns a keras.layers.GRU"),
     "to_torch_mha": ({"torch"}, "returns a torch.nn.MultiheadAttention"),
     "to_torch_gru": ({"torch"}, "returns a torch.nn.GRU"),
+    "train_tiny": ({"tf", "torch"}, _TRAINING),
+    "next_token_loss": ({"tf", "torch"}, "the loss train_tiny differentiates"),
+    "repeat_mask": ({"tf", "torch"}, "the positions next_token_loss scores"),
 }
 SHARED = sorted(anp.__all__)
 

@@ -272,6 +272,29 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+def test_tf_training_again_reuses_the_step_and_starts_adam_afresh():
+    """A second train_tiny on the same model (after set_params) traces no new
+    step, and gives the losses and weights of a fresh model: Adam's moments
+    and step count are reset, not carried over from the first run."""
+    train = tasks.induction_task(64, 5, 11, seed=3)
+    args = (train, 6, 8, 0.01)
+    start = anp.get_params(anp.TinyTransformer(*SIZES.values(), seed=4))
+    model = atf.TinyTransformer(*SIZES.values())
+    atf.train_tiny(model, *args, seed=1)  # a first run, other batches
+    atf.set_params(model, start)
+    again = atf.train_tiny(model, *args, seed=2)
+    fresh = atf.TinyTransformer(*SIZES.values())
+    atf.set_params(fresh, start)
+    expected = atf.train_tiny(fresh, *args, seed=2)
+    np.testing.assert_array_equal(again, expected)
+    for name, value in atf.get_params(fresh).items():
+        np.testing.assert_array_equal(atf.get_params(model)[name], value, name)
+    ((step, _, _),) = model._adam_steps.values()
+    assert step.experimental_get_tracing_count() == 1
+    atf.train_tiny(model, *args[:3], 0.02, seed=2)  # other settings: new step
+    assert len(model._adam_steps) == 2
+
+
 @pytest.mark.parametrize("mod", [atorch, atf], ids=["torch", "tf"])
 def test_two_layer_model_learns_induction(mod, one_torch_thread):
     """300 Adam steps: far above chance (1/64), with a previous-token head in
@@ -291,3 +314,23 @@ def test_two_layer_model_learns_induction(mod, one_torch_thread):
     # zeroing both layer-2 heads brings accuracy back near chance
     ablated = ref(test, head_mask=np.array([[1.0, 1.0], [0.0, 0.0]]))
     assert tasks.induction_accuracy(ablated.argmax(-1), test) < 0.2
+
+
+def test_a_seed_gives_every_framework_the_numpy_models_initial_weights():
+    tokens = np.random.default_rng(1).integers(0, 10, size=(2, 6))
+    ref = anp.TinyTransformer(10, 16, 2, 2, 8, seed=3)
+    tf_model = atf.TinyTransformer(10, 16, 2, 2, 8, seed=3)
+    torch_model = atorch.TinyTransformer(10, 16, 2, 2, 8, seed=3)
+    for name, value in ref.params.items():
+        np.testing.assert_allclose(
+            np.asarray(tf_model.params[name]), value, atol=1e-6, err_msg=name
+        )
+        np.testing.assert_allclose(
+            torch_model.params[name].detach().numpy(), value, atol=1e-6, err_msg=name
+        )
+    expected = ref(tokens)
+    np.testing.assert_allclose(tf_model(tokens).numpy(), expected, atol=1e-5)
+    got = torch_model(torch.as_tensor(tokens)).detach().numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    other = anp.TinyTransformer(10, 16, 2, 2, 8, seed=4)
+    assert not np.allclose(other.params["embed"], ref.params["embed"])
