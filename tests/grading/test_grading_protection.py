@@ -457,7 +457,8 @@ CASES = [
         "A",
         0,
         4,
-        {"crashed", "suspicious"},
+        # ctypes can import any module by name: provenance flags it too
+        {"crashed", "suspicious", "dynamic-code"},
         single(notebook(tf="import ctypes\nctypes.string_at(0)\n" + TF_OK)),
         notes=("tf-solution: the kernel was killed by a segmentation fault",),
     ),
