@@ -206,11 +206,20 @@ def _heading(markdown: str) -> str | None:
 
 
 def _describe(test_code: str) -> str:
-    """What a hidden-test cell checks, from its public comment."""
-    for line in public_test(test_code).splitlines():
-        m = HIDDEN_COMMENT.match(line.strip())
+    """What a hidden-test cell checks, from its public comment: the
+    "# Hidden tests, N points: ..." line and the comment lines that continue
+    it (up to the "# They run when ..." line or the first line of code)."""
+    lines = [line.strip() for line in public_test(test_code).splitlines()]
+    for i, line in enumerate(lines):
+        m = HIDDEN_COMMENT.match(line)
         if m:
-            return m[1].strip()
+            parts = [m[1].strip()]
+            for more in lines[i + 1 :]:
+                text = more.removeprefix("#").strip()
+                if not more.startswith("#") or not text or text.startswith("They run"):
+                    break
+                parts.append(text)
+            return " ".join(parts)
     return ""
 
 
