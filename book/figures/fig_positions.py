@@ -105,7 +105,7 @@ def rope_rotation() -> Canvas:
         0.1,
         HEADS[1],
         r"pair (1, 5): $\theta_1 = 0.1$",
-        range(0, 16, 5),
+        range(0, 25, 8),
     )
     c.note(
         3.0,
@@ -118,11 +118,11 @@ def rope_rotation() -> Canvas:
     c.note(
         3.0,
         6.2,
-        r"$q_m \cdot k_n$ then sees the angle $(m - n)\,\theta_i$ only",
+        r"$q_m \cdot k_n$ then sees the angle $(n - m)\,\theta_i$ only",
         fs=9.0,
         color=QUERY,
     )
-    # ALiBi: four heads' biases over a causal 6 x 6 score matrix
+    # ALiBi: four heads' biases over a causal 5 x 5 score matrix
     n, cell = 5, 2.9
     slopes = [2.0 ** (-8 * (h + 1) / 4) for h in range(4)]
     for h, slope in enumerate(slopes):
