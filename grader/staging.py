@@ -611,7 +611,117 @@ def rebuild(nb, template, ev) -> tuple[object, list[str]]:
 
 def scan(code: list[str]) -> list[str]:
     joined = "\n".join(code)
-    return [what for what, pattern in SUSPICIOUS.items() if re.search(pattern, joined)]
+    found = [what for what, pattern in SUSPICIOUS.items() if re.search(pattern, joined)]
+    if "grader internals" not in found and any(map(uses_internals, code)):
+        found.append("grader internals")
+    return found
+
+
+# what "grader internals" means as a dotted name (an import, an attribute
+# chain, getattr with a constant name), aliases resolved
+INTERNALS = re.compile(
+    r"(?:grader\.kernel|attncourse\.grading|sys\.modules|sys\.settrace|sys\.setprofile"
+    r"|sys\._getframe|builtins)(?:\.|$)|gc\.get_"
+)
+# plain names; ``get_ipython`` is left to the pattern on the source: IPython's
+# own rewriting of a magic (``%matplotlib``) calls it
+INTERNAL_NAMES = {"__builtins__", "__import__"}
+MAX_MAGIC_DEPTH = 4
+
+
+def _trees(source: str, depth: int = 0) -> list | None:
+    """The ASTs of a cell and of the code in its magics (``%%time``,
+    ``%timeit``); None if it does not parse."""
+    import ast
+
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001  (then ast.parse decides)
+        pass
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    trees = [tree]
+    for node in ast.walk(tree):
+        if (
+            depth < MAX_MAGIC_DEPTH
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run_line_magic", "run_cell_magic")
+        ):
+            for arg in node.args[1:]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    trees += _trees(arg.value, depth + 1) or []
+    return trees
+
+
+def _dotted(node, aliases: dict) -> str | None:
+    """``a.b.c`` (or ``getattr(a.b, "c")``) as a dotted name, the head
+    resolved through the cell's imports (``import grader.kernel as k``)."""
+    import ast
+
+    parts = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            parts.append(node.args[1].value)
+            node = node.args[0]
+        elif isinstance(node, ast.Name):
+            parts.append(aliases.get(node.id, node.id))
+            return ".".join(reversed(parts))
+        else:
+            return None
+
+
+def uses_internals(source: str) -> bool:
+    """True if ``source`` imports or reaches the grader's internals, however
+    spaced or aliased (``import grader . kernel . runners as R``, ``from
+    grader import kernel``, ``import sys as s; s.modules``). Code that does
+    not parse is left to the ``SUSPICIOUS`` patterns."""
+    import ast
+
+    trees = _trees(source)
+    if trees is None:
+        return False
+    aliases: dict[str, str] = {}
+    names: list[str] = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name == "grader" or a.name.startswith("grader."):
+                        return True  # no exercise needs the grader
+                    names.append(a.name)
+                    head = a.name if a.asname else a.name.split(".")[0]
+                    aliases[a.asname or head] = head
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                if node.module == "grader" or node.module.startswith("grader."):
+                    return True
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    names.append(full)
+                    aliases[a.asname or a.name] = full
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in INTERNAL_NAMES:
+                return True
+            if isinstance(node, ast.Attribute | ast.Call):
+                dotted = _dotted(node, aliases)
+                if dotted is not None:
+                    names.append(dotted)
+    return any(INTERNALS.match(n) for n in names)
 
 
 def stage_one(

@@ -10,6 +10,16 @@ import numpy as np
 from grader.kernel.errors import GradingError, call_student
 
 FRAMEWORKS = ("tf", "torch")
+REAL = "biuf"  # the dtype kinds a result may have (those the wire format takes)
+UNREAL = {
+    "c": "complex numbers",
+    "O": "Python objects",
+    "U": "text",
+    "S": "bytes",
+    "V": "raw records",
+    "m": "time spans",
+    "M": "dates",
+}
 
 
 def to_framework(framework: str, x, *, variable=False):
@@ -37,7 +47,11 @@ def to_framework(framework: str, x, *, variable=False):
 
 
 def to_numpy(x, what: str = "result"):
-    """A student's tensor / variable / array / number as a NumPy array (or None)."""
+    """A student's tensor / variable / array / number as a NumPy array (or None).
+
+    Real numbers only (bool, int, uint, float; floats as float64): anything
+    else -- complex, objects, text, records -- is the student's error (the
+    wire format refuses those dtypes, and reading one there means forgery)."""
     if x is None:
         return None
     try:
@@ -55,9 +69,18 @@ def to_numpy(x, what: str = "result"):
         ) from None
     if x.dtype.kind == "f":
         return x.astype(np.float64)
-    if x.dtype.kind == "O":
-        raise GradingError(f"{what} is not a tensor of numbers (got {type(x)})")
-    return x
+    if x.dtype.kind in REAL:
+        return x
+    hint = (
+        "; a computation with complex numbers must end in real ones "
+        "(torch.view_as_real, tf.math.real / tf.math.imag)"
+        if x.dtype.kind == "c"
+        else ""
+    )
+    raise GradingError(
+        f"{what} has dtype {x.dtype} ({UNREAL.get(x.dtype.kind, 'not numbers')}): "
+        f"return real numbers (a float, int or bool tensor){hint}."
+    )
 
 
 def unpack(result, names: tuple[str, ...], what: str) -> dict:

@@ -7,13 +7,21 @@ and set the rlimits), ``main()``
    NumPy, TensorFlow, Keras, PyTorch) before any student code, so a
    ``numpy.py`` or an ``attncourse/`` next to a notebook cannot shadow them
    (``python -P``: the working directory is not on ``sys.path`` either);
+   It also imports every runner module (``grader.kernel.runners.<module>``
+   and ``_common``; whatever ``$GRADER_PRELOAD`` says): ``check()`` would
+   import them only at the first hidden test, after the snapshot;
 2. takes a snapshot of what grading relies on -- comparison functions
    (``numpy.allclose``, ``numpy.testing.*``, ``math.isclose``,
    ``torch.allclose``, ``torch.testing.*``, ``tf.debugging.*``, ...),
-   ``builtins``, ``torch.Tensor``'s methods, the ``grader``
-   modules (functions and their code objects, the checks), the test helpers
-   in the notebook's namespace, and IPython's / ipykernel's execution and
-   messaging methods;
+   ``builtins``, ``torch.Tensor``'s methods, ``importlib.import_module``,
+   the test helpers in the notebook's namespace, IPython's / ipykernel's
+   execution and messaging methods, and every member of every ``grader``
+   module, private ones included, by a structural fingerprint (``_deep``):
+   functions with their code, defaults, keyword defaults and closure cells;
+   constants (outcome codes, ``TARGETS``) by value; dicts, lists and sets
+   (``RUNS``) by identity and contents, recursively; the grader's classes
+   and objects (``Run``, frozen or not) by their attributes; the module
+   objects in ``sys.modules`` and their class;
 3. starts ipykernel with a ``post_run_cell`` hook that compares the current
    state with the snapshot after every cell and publishes the result as an
    ``application/vnd.attncourse.integrity+json`` output of that cell. Besides
@@ -42,6 +50,8 @@ import os
 import sys
 import types
 
+from grader.kernel.runners import MODULES as _RUNNER_MODULES
+
 PRELOAD = (
     "attncourse",
     "numpy",
@@ -53,7 +63,12 @@ PRELOAD = (
     "grader.kernel",
     "attncourse.testing",
     "grader.kernel.runners",
+    "grader.kernel.runners._common",
+    *(f"grader.kernel.runners.{m}" for m in _RUNNER_MODULES.values()),
 )
+# always loaded before the snapshot, also under $GRADER_PRELOAD: what check()
+# imports (a module imported after the snapshot would not be watched)
+GRADER_MODULES = tuple(n for n in PRELOAD if n.startswith("grader."))
 
 # IPython / ipykernel swap these builtins in and out around each execution.
 VOLATILE_BUILTINS = {
@@ -187,6 +202,93 @@ def _fingerprint(obj):
     return (ident, id(code), id(getattr(obj, "__defaults__", None)))
 
 
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+MAX_DEPTH = 8  # nesting followed into containers, closures and grader objects
+MAX_ITEMS = 10_000  # members of one container compared one by one
+
+
+def _ours(obj) -> bool:
+    """A class (or an instance of one) defined in the grader's kernel side."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return str(getattr(cls, "__module__", "")).startswith("grader.")
+
+
+def _deep(obj, memo: dict, depth: int = 0):
+    """A structural fingerprint of a value in a grader module: its identity
+    and, recursively, its contents -- the items of containers (``RUNS``,
+    ``TARGETS``, outcome codes), a function's code, defaults, keyword
+    defaults and closure cells, the attributes of the grader's own classes
+    and objects (``Run``). Anything else (a module, a NumPy function, a
+    compiled pattern): its identity. Rebinding, mutating in place or
+    ``object.__setattr__`` on a frozen dataclass all change it."""
+    t = type(obj)
+    if t in _SCALARS:
+        return (t.__name__, repr(obj) if t is float or t is complex else obj)
+    key = id(obj)
+    if key in memo:
+        return memo[key][1]
+    if depth >= MAX_DEPTH:
+        memo[key] = (obj, ("id", key))
+        return ("id", key)
+    memo[key] = (obj, ("cycle", key))  # the object itself: its id stays unique
+    d = depth + 1
+    if t in _CONTAINERS:
+        if len(obj) > MAX_ITEMS:
+            fp = (t.__name__, key, len(obj))
+        elif t is dict:
+            items = ((_deep(k, memo, d), _deep(v, memo, d)) for k, v in obj.items())
+            fp = ("dict", key, tuple(items))
+        elif t in (set, frozenset):
+            fp = (t.__name__, frozenset(_deep(v, memo, d) for v in obj))
+        else:
+            fp = (t.__name__, tuple(_deep(v, memo, d) for v in obj))
+        if t is not tuple and t is not frozenset:  # mutable: which one, too
+            fp = (*fp, key)
+    elif isinstance(obj, types.MethodType):
+        fp = ("method", key, _deep(obj.__func__, memo, d), id(obj.__self__))
+    elif isinstance(obj, types.FunctionType):
+        cells = []
+        for cell in obj.__closure__ or ():
+            try:
+                cells.append(_deep(cell.cell_contents, memo, d))
+            except ValueError:  # an empty cell
+                cells.append(("empty",))
+        fp = (
+            "function",
+            key,
+            id(obj.__code__),
+            _deep(obj.__defaults__, memo, d),
+            _deep(obj.__kwdefaults__, memo, d),
+            tuple(cells),
+            id(obj.__globals__),
+        )
+    elif _ours(obj):
+        try:
+            attrs = dict(vars(obj))
+        except TypeError:
+            attrs = {}
+        if isinstance(obj, type):
+            for name in ("__dict__", "__weakref__"):
+                attrs.pop(name, None)
+        items = tuple((k, _deep(v, memo, d)) for k, v in attrs.items())
+        fp = ("grader", key, id(t), items)
+    else:
+        fp = ("id", key)
+    memo[key] = (obj, fp)
+    return fp
+
+
+def _module_members(module) -> dict:
+    """Everything a grader module defines or imports, private names included
+    (its helpers, constants and ``RUNS``); only dunder names are left out."""
+    return {
+        k: v
+        for k, v in vars(module).items()
+        if not (k.startswith("__") and k.endswith("__"))
+    }
+
+
 class Probe:
     """Snapshot of what grading relies on; ``changes()`` lists what differs."""
 
@@ -194,6 +296,8 @@ class Probe:
         self._keep = []  # strong references: ids stay unique
         self.spaces = []  # (label, getter, {name: fingerprint})
         self.modules = {}
+        self.grader_spaces = []  # (name, module, its class, {member: deep fp})
+        self._grader_memo = {}  # id -> (object, fingerprint), shared by them
         self.shell = self.kernel = None
         self.user_ns_helpers = {}
         self._snapshot()
@@ -217,6 +321,29 @@ class Probe:
         self.spaces.append(
             (label, getter, {k: _fingerprint(v) for k, v in members.items()})
         )
+
+    def _watch_grader(self, name, module):
+        """A grader module: every member, by structural fingerprint."""
+        if not isinstance(module, types.ModuleType):
+            return
+        members = _module_members(module)
+        memo = self._grader_memo  # holds every object fingerprinted: ids stay unique
+        snap = {k: _deep(v, memo) for k, v in members.items()}
+        self.grader_spaces.append((name, module, type(module), snap))
+
+    def _grader_changes(self) -> list[str]:
+        found = []
+        for name, module, cls, snap in self.grader_spaces:
+            if type(module) is not cls:  # a module subclass can lie to getattr
+                found.append(f"{name} (module class replaced)")
+            now = vars(module)
+            memo = {}
+            for attr, fp in snap.items():
+                if attr not in now:
+                    found.append(f"{name}.{attr} (deleted)")
+                elif _deep(now[attr], memo) != fp:
+                    found.append(f"{name}.{attr}")
+        return found
 
     def _snapshot(self):
         import builtins
@@ -250,9 +377,10 @@ class Probe:
             self._watch(
                 "attncourse.testing", lambda: sys.modules.get("attncourse.testing")
             )
+        self._watch("importlib", lambda: importlib, ("import_module",))
         for name in list(m):
             if name == "grader" or name.startswith("grader."):
-                self._watch(name, lambda n=name: sys.modules.get(n))
+                self._watch_grader(name, m[name])
                 checks = getattr(m[name], "RUNS", None)
                 if isinstance(checks, dict):
                     self._watch(f"{name}.RUNS", lambda n=name: _checks_view(n))
@@ -271,6 +399,7 @@ class Probe:
                 "ipykernel",
                 "zmq",
                 "jupyter_client",
+                "grader",
             )
         }
         self._keep.append(dict(m))
@@ -380,6 +509,7 @@ class Probe:
                 for name in snap:
                     if name in inst and not _same_bound(inst[name], ns, name):
                         found.append(f"{label}.{name} (instance override)")
+        found += self._grader_changes()
         for name, mid in self.modules.items():
             mod = sys.modules.get(name)
             if mod is None or id(mod) != mid:
@@ -490,7 +620,7 @@ def _as_if_imported_in_the_kernel():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     preload = os.environ.get("GRADER_PRELOAD")
-    _preload(preload.split(",") if preload else PRELOAD)
+    _preload((*(preload.split(",") if preload else PRELOAD), *GRADER_MODULES))
     probe = Probe()
     from ipykernel.kernelapp import IPKernelApp
 

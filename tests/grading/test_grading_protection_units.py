@@ -510,3 +510,223 @@ def test_check_records_instead_of_judging_when_observing(monkeypatch):
     assert mime == OBSERVATION
     parsed = parse_observation(payload)
     assert parsed["observed"] == {} and "not found" in parsed["error"]["message"]
+
+
+# ------------------------------------- the probe watches the runner modules
+def test_the_kernel_preloads_every_runner_module():
+    """check() imports grader.kernel.runners.<module> at the first hidden
+    test: unless it is loaded before the snapshot, nothing of it is watched."""
+    from grader.kernel import probe
+    from grader.kernel.runners import MODULES
+
+    wanted = {f"grader.kernel.runners.{m}" for m in MODULES.values()}
+    wanted.add("grader.kernel.runners._common")
+    assert wanted <= set(probe.GRADER_MODULES) <= set(probe.PRELOAD)
+
+
+def _load_runners():
+    """What the kernel has loaded before its snapshot (the test before)."""
+    import importlib
+
+    from grader.kernel.runners import MODULES
+
+    for m in ("_common", *MODULES.values()):
+        importlib.import_module(f"grader.kernel.runners.{m}")
+
+
+def _attacks() -> list:
+    """(what the probe reports, object, attribute or key, the hostile value)."""
+    from grader.kernel.runners import _common, positions, tiny_transformer
+
+    pos = "grader.kernel.runners.positions"
+    tiny = "grader.kernel.runners.tiny_transformer"
+    r = positions.RUNS["rope"]
+    return [
+        (f"{pos}.RETURNED", positions, "RETURNED", 1),  # private-ish constants
+        (f"{tiny}.OTHER_ERROR", tiny_transformer, "OTHER_ERROR", 1),
+        (f"{pos}.ROPE", positions.ROPE, "torch", "x"),  # a dict mutated in place
+        (f"{pos}.RUNS", positions.RUNS, "rope", _common.Run(print, r.cases)),
+        (f"{pos}.RUNS", r, "cases", ("default",)),  # a frozen dataclass
+        (f"{pos}.checked_rope", positions.checked_rope.__closure__[0],
+         "cell_contents", print),  # a closure cell
+        (f"{tiny}.outcome", tiny_transformer.outcome, "__kwdefaults__", {"c": 1}),
+        ("grader.kernel.runners._common.lookup", _common, "lookup", print),
+        ("grader.kernel.runners._common.Run", _common.Run, "__init__", print),
+    ]  # fmt: skip
+
+
+def test_the_probe_sees_rebound_constants_containers_and_private_helpers():
+    """Before the fix the probe watched public callables only: rebinding an
+    outcome code or a target name, mutating RUNS, a frozen Run or a closure
+    went unseen. Each change is reported, and undoing it is clean again."""
+    from grader.kernel.probe import Probe
+
+    _load_runners()
+    probe = Probe()
+    assert probe.changes() == []
+    for label, target, name, value in _attacks():
+        is_map = isinstance(target, dict)
+        # object.__setattr__ gets past a frozen dataclass (not on a class)
+        put = setattr if isinstance(target, type) else object.__setattr__
+        before = target[name] if is_map else getattr(target, name)
+        try:
+            if is_map:
+                target[name] = value
+            else:
+                put(target, name, value)
+            assert label in probe.changes(), (label, name)
+        finally:
+            if is_map:
+                target[name] = before
+            else:
+                put(target, name, before)
+        assert probe.changes() == [], label
+
+
+def test_the_probe_sees_a_replaced_runner_module_and_import_module():
+    import importlib
+    import sys
+    import types
+
+    from grader.kernel import runners
+    from grader.kernel.probe import Probe
+
+    _load_runners()
+    probe = Probe()
+    name = "grader.kernel.runners.positions"
+    real, real_import = sys.modules[name], importlib.import_module
+    try:
+        sys.modules[name] = types.ModuleType(name)
+        assert f"sys.modules[{name!r}]" in probe.changes()
+        sys.modules[name] = real
+        importlib.import_module = lambda n, p=None: real
+        assert "importlib.import_module" in probe.changes()
+        importlib.import_module = real_import
+
+        class Liar(types.ModuleType):
+            pass
+
+        runners.__class__ = Liar
+        assert "grader.kernel.runners (module class replaced)" in probe.changes()
+    finally:
+        sys.modules[name], importlib.import_module = real, real_import
+        runners.__class__ = types.ModuleType
+    assert probe.changes() == []
+
+
+def integrity_reports(sources, timeout=60) -> list:
+    """What the sandboxed kernel's probe reported after each cell."""
+    from jupyter_core.utils import run_sync
+    from nbclient import NotebookClient
+
+    from grader.kernel.observations import INTEGRITY
+    from grader.sandbox import SandboxedKernelManager
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    km = SandboxedKernelManager(kernel_name="python3")
+    client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=True)
+    try:
+        client.execute()
+    finally:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    reports = []
+    for cell in nb.cells:
+        found = [
+            json.loads(o["data"][INTEGRITY])["changed"]
+            for o in cell.outputs
+            if o.output_type == "display_data" and INTEGRITY in o.get("data", {})
+        ]
+        assert len(found) == 1, cell.outputs
+        reports.append(found[0])
+    return reports
+
+
+def test_a_sandboxed_kernel_reports_a_rebound_runner_constant(light_kernels):
+    """The hostile review's attack in a real kernel (preloading NumPy only:
+    the runner modules are loaded whatever $GRADER_PRELOAD says). Before the
+    fix the runner module was imported by the cell itself, after the snapshot,
+    and the report was empty."""
+    clean, attack, honest = integrity_reports(
+        [
+            "import sys\nprint(sorted(m for m in sys.modules if 'runners.' in m))",
+            "import grader . kernel . runners . positions as P\nP.RAISED_OTHER = 1",
+            "x = 1 + 1",
+        ]
+    )
+    assert clean == []
+    assert attack == ["grader.kernel.runners.positions.RAISED_OTHER"]
+    assert honest == attack  # it stays changed: every later cell is reported
+
+
+def test_the_internals_scan_reads_imports_and_attribute_chains():
+    """Spaces around the dots (valid Python) got past the pattern; the AST
+    check reads what the code imports and reaches, aliases resolved."""
+    hostile = [
+        "import grader . kernel . runners . positions as P\nP.RAISED_OTHER = 1",
+        "from grader . kernel . runners import positions",
+        "from grader import kernel",
+        "import grader\ngrader .kernel.runners.positions.RETURNED = 1",
+        "import sys as s\nm = s . modules",
+        "m = getattr(__import__('sys'), 'modules')",
+        "import gc as g\ng . get_objects()",
+        "%%time\nimport grader . kernel",
+        "from sys import modules as mods",
+    ]
+    for code in hostile:
+        assert "grader internals" in staging.scan([code]), code
+    honest = [
+        "%matplotlib inline\nimport matplotlib.pyplot as plt",
+        "grader_note = 'a'\nmodules = [1]\nx = grader_note.upper()",
+        "import numpy as np\nnp.sum(np.ones(3))",
+        "def f(:\n    pass",  # does not parse: the pattern alone decides
+    ]
+    for code in honest:
+        assert staging.scan([code]) == [], code
+    assert "grader internals" in staging.scan(["def f(:\n  grader.kernel"])
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [
+        (np.array([1 + 2j]), "complex128"),
+        (np.array([{"a": 1}], dtype=object), "object"),
+        (np.array(["1.0"]), "<U3"),
+        (np.zeros(2, dtype=[("a", "f4")]), "[('a', '<f4')]"),
+        (np.array([1], dtype="datetime64[s]"), "datetime64[s]"),
+    ],
+)
+def test_to_numpy_refuses_what_is_not_real_numbers(value, dtype):
+    """For every assignment (not only the Part 3 runners): a dtype the wire
+    format refuses is named as the student's mistake, never recorded (the
+    grader would read it as a forged result: ``tampered``)."""
+    from grader.kernel.adapters import to_numpy
+
+    with pytest.raises(GradingError, match="return real numbers") as error:
+        to_numpy(value, "f(x): outputs")
+    assert str(error.value).startswith(f"f(x): outputs has dtype {dtype}")
+    for ok in (np.ones(2, np.float32), np.arange(3), np.array([True]), 1.5):
+        assert to_numpy(ok).dtype.kind in "biuf"
+
+
+def test_a_complex_result_of_an_early_assignment_is_the_students_mistake():
+    """addressing has no Part 3 ``refuse_unreal``: before the fix its complex
+    weights went onto the wire, whose decoder refuses them (``tampered``)."""
+    import torch
+    from support.grading import student_solutions
+
+    from grader.assignments import addressing
+
+    ns = {"torch": torch, "np": np, "__name__": "__main__"}
+    exec(student_solutions(A, "reference")["torch-solution"], ns)
+    exec(
+        "_honest = soft_lookup_torch\n"
+        "def soft_lookup_torch(*args):\n"
+        "    out, w = _honest(*args)\n"
+        "    return out, w.detach().to(torch.complex64)\n",
+        ns,
+    )
+    c = addressing.CHECKS["soft_lookup"]
+    inputs = addressing.make_cases()["main"]
+    with pytest.raises(GradingError, match="weights has dtype complex64.*real"):
+        c.run("torch", ns, inputs, gradients=c.runner.gradients)

@@ -18,9 +18,9 @@ Each test is an attack that worked before its fix:
   through the real CLI: 5/6 instead of 3/6, no flag). The codes are now bound
   into public helpers (watched with their defaults).
 
-The probe still does not watch the runner modules at all in a real kernel
-(they are imported after its snapshot): the last test is a strict xfail
-until ``grader/kernel/probe.py`` preloads them.
+The probe did not watch the runner modules at all in a real kernel (they
+were imported after its snapshot): the last test; ``grader/kernel/probe.py``
+now preloads them.
 """
 
 import json
@@ -307,11 +307,6 @@ def test_the_outcome_helpers_are_watched_by_the_probe(monkeypatch, module, name)
     assert f"{module.__name__}.{name}" in probe.changes()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grader/kernel/probe.py: PRELOAD lacks grader.kernel.runners.<module>, "
-    "so a real kernel's snapshot watches no runner module (fix there)",
-)
 def test_the_probe_preloads_the_runner_modules():
     assert all(
         f"grader.kernel.runners.{m}" in probe_module.PRELOAD
