@@ -293,6 +293,17 @@ def check_input_features(
         )
 
 
+def check_mha_keys(shapes: dict) -> None:
+    """The attention parameter names: W_q, W_k, W_v, W_o and optional biases."""
+    missing = [k for k in MHA_WEIGHTS if k not in shapes]
+    unknown = sorted(set(shapes) - set(MHA_WEIGHTS) - set(MHA_BIASES))
+    if missing or unknown:
+        raise ValueError(
+            f"params must hold W_q, W_k, W_v, W_o and optionally b_q, b_k, b_v, "
+            f"b_o; missing {missing}, unknown {unknown}"
+        )
+
+
 def check_mha_params(
     shapes: dict, queries: Shape, keys: Shape, values: Shape, num_heads: int
 ) -> tuple[int, int]:
@@ -302,13 +313,7 @@ def check_mha_params(
     d_model), W_o (d_model, d_out) and the optional biases b_q, b_k, b_v
     (d_model,) and b_o (d_out,) to their shapes. Returns (d_model, d_out).
     """
-    missing = [k for k in MHA_WEIGHTS if k not in shapes]
-    unknown = sorted(set(shapes) - set(MHA_WEIGHTS) - set(MHA_BIASES))
-    if missing or unknown:
-        raise ValueError(
-            f"params must hold W_q, W_k, W_v, W_o and optionally b_q, b_k, b_v, "
-            f"b_o; missing {missing}, unknown {unknown}"
-        )
+    check_mha_keys(shapes)
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         w = f"W_{name[0]}"
         check_rank(w, shapes[w], 2, f"(d_{name[0]}_in, d_model)")
@@ -1075,13 +1080,7 @@ def check_gqa_params(
     head_dim), W_o (num_heads * head_dim, d_out), optional biases of the
     matching sizes. Returns head_dim."""
     check_kv_heads(num_heads, num_kv_heads)
-    missing = [k for k in MHA_WEIGHTS if k not in shapes]
-    unknown = sorted(set(shapes) - set(MHA_WEIGHTS) - set(MHA_BIASES))
-    if missing or unknown:
-        raise ValueError(
-            f"params must hold W_q, W_k, W_v, W_o and optionally b_q, b_k, b_v, "
-            f"b_o; missing {missing}, unknown {unknown}"
-        )
+    check_mha_keys(shapes)
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         w = f"W_{name[0]}"
         check_rank(w, shapes[w], 2, f"(d_{name[0]}_in, heads * head_dim)")
