@@ -1198,3 +1198,179 @@ def kv_cache_bytes_inputs(**sizes) -> None:
     """Every size is an int >= 1 (dtype_bytes too)."""
     for name, value in sizes.items():
         check_positive(name, value)
+
+
+# --- Efficient attention: tiled (flash) attention (attncourse.*.efficient) ---
+
+
+# --- Efficient attention: sliding-window and linear attention (attncourse.*.sparse) ---
+
+
+def check_window(window, num_keys) -> None:
+    """window: an int from 1 (only the query's own key) to num_keys."""
+    check_positive("window", window)
+    if int(window) > int(num_keys):
+        raise ValueError(
+            f"window larger than the sequence: window={int(window)} keys, but "
+            f"the sequence has num_keys={int(num_keys)}; choose window in "
+            f"1..{int(num_keys)} (window = num_keys is full causal attention)"
+        )
+
+
+def check_causal_flag(causal) -> None:
+    """causal must be True or False (not a mask, not a string)."""
+    if not isinstance(causal, bool | np.bool_):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+
+
+def check_eps(eps) -> None:
+    """eps: a real number > 0 (it keeps the normaliser away from 0)."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float | np.floating):
+        raise TypeError(f"eps must be a positive float, got {type(eps).__name__}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got eps={eps}")
+
+
+def check_feature_map(feature_map) -> None:
+    """feature_map: None (elu + 1) or a callable x (..., d) -> (..., r)."""
+    if feature_map is not None and not callable(feature_map):
+        raise TypeError(
+            f"feature_map must be None (elu(x) + 1) or a function of a tensor, "
+            f"got {type(feature_map).__name__}"
+        )
+
+
+def sliding_window_mask_inputs(num_queries, window, num_keys, causal) -> None:
+    """Sizes are ints >= 0, window in 1..num_keys, causal a bool."""
+    check_count("num_queries", num_queries)
+    check_count("num_keys", num_keys)
+    check_causal_flag(causal)
+    check_window(window, num_keys)
+
+
+def sliding_window_inputs(queries, keys, values, window, causal) -> None:
+    """attention_inputs with d_q == d_k, self-attention lengths (num_queries
+    == num_keys: the band is laid out around each query's own position),
+    window in 1..n and causal a bool."""
+    attention_inputs(queries, keys, values, same_feature_size=True)
+    q, k = shape_of(queries), shape_of(keys)
+    if q[1] != k[1]:
+        raise ValueError(
+            f"sliding-window attention is self-attention: queries {q} and keys "
+            f"{k} need the same length (num_queries == num_keys), got "
+            f"{q[1]} != {k[1]}; for other lengths use "
+            f"scaled_dot_product_attention with a mask"
+        )
+    check_causal_flag(causal)
+    check_window(window, k[1])
+
+
+def linear_attention_inputs(queries, keys, values, causal, feature_map, eps) -> None:
+    """attention_inputs with d_q == d_k; causal needs num_queries == num_keys
+    (query i reads keys 0..i); a callable (or None) feature map; eps > 0."""
+    attention_inputs(queries, keys, values, same_feature_size=True)
+    q, k = shape_of(queries), shape_of(keys)
+    check_causal_flag(causal)
+    if causal and q[1] != k[1]:
+        raise ValueError(
+            f"causal linear attention runs one state along one sequence: "
+            f"queries {q} and keys {k} need the same length (num_queries == "
+            f"num_keys), got {q[1]} != {k[1]}"
+        )
+    check_feature_map(feature_map)
+    check_eps(eps)
+
+
+def feature_map_outputs(inputs, features) -> None:
+    """phi(x) keeps every axis of x but the last: (..., d) -> (..., r)."""
+    for name, x in inputs.items():
+        got, want = shape_of(features[name]), shape_of(x)
+        if got[:-1] != want[:-1]:
+            raise ValueError(
+                f"feature_map must keep all axes but the last: {name} of shape "
+                f"{want} gave features of shape {got}"
+            )
+    sizes = {name: shape_of(f)[-1] for name, f in features.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"feature_map must give queries and keys the same number of "
+            f"features, got {sizes}"
+        )
+
+
+def linear_step_inputs(state, normaliser, query, key, value, feature_map, eps):
+    """One step of causal linear attention: query and key (batch, d), value
+    (batch, d_v) floats of one dtype; state (batch, r, d_v) and normaliser
+    (batch, r), r the number of features (r = d for elu + 1), both None at
+    the start of a sequence; a callable (or None) feature map; eps > 0."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        check_float(name, x)
+        check_rank(name, shape_of(x), 2, f"(batch, {'d_v' if name == 'value' else 'd'})")
+    check_same_dtype(query=query, key=key, value=value)
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
+    if q != k or v[0] != q[0]:
+        raise ValueError(
+            f"query and key must have one shape (batch, d) and value the same "
+            f"batch (batch, d_v), got query {q}, key {k}, value {v}"
+        )
+    if (state is None) != (normaliser is None):
+        raise ValueError(
+            "state and normaliser go together: pass both (from the previous "
+            "step) or neither (the start of a sequence: zeros)"
+        )
+    if state is not None:
+        check_float("state", state)
+        check_same_dtype(query=query, state=state, normaliser=normaliser)
+        s, z = shape_of(state), shape_of(normaliser)
+        check_rank("state", s, 3, "(batch, r, d_v)")
+        if s[0] != q[0] or s[2] != v[1] or z != s[:2]:
+            raise ValueError(
+                f"state must be (batch, r, d_v) and normaliser (batch, r) for "
+                f"query {q} and value {v} (r = the feature size, d for elu + "
+                f"1), got state {s} and normaliser {z}"
+            )
+    check_feature_map(feature_map)
+    check_eps(eps)
+
+
+def check_state_features(features, state) -> None:
+    """The state has one row per feature: phi(query) (batch, r) fits the
+    state (batch, r, d_v)."""
+    r, s = shape_of(features)[-1], shape_of(state)
+    if s[1] != r:
+        raise ValueError(
+            f"the feature map gives r={r} features, but state {s} holds "
+            f"{s[1]} rows: pass the state of this feature map"
+        )
+
+
+TINY_ATTENTION = ("softmax", "linear", "window")
+
+
+def tiny_attention(attention, window, positions) -> None:
+    """attention: "softmax" (the default), "linear" (elu + 1, causal) or
+    "window" with window=w >= 1 (each query sees its last w tokens, itself
+    included); window only with "window". Linear and window attention never
+    form the (n, n) scores, so ALiBi (a bias added to them) is refused."""
+    if attention not in TINY_ATTENTION:
+        raise ValueError(
+            f"attention must be one of {TINY_ATTENTION}, got {attention!r}"
+        )
+    if attention == "window":
+        if window is None:
+            raise ValueError(
+                "attention='window' needs window=w, the number of tokens each "
+                "query sees (itself included), e.g. window=4"
+            )
+        check_positive("window", window)
+    elif window is not None:
+        raise ValueError(
+            f"window={window!r} is for attention='window'; got "
+            f"attention={attention!r}"
+        )
+    if attention != "softmax" and positions == "alibi":
+        raise ValueError(
+            f"positions='alibi' adds a bias to the (n, n) scores, which "
+            f"attention={attention!r} does not form; use 'rope', 'learned', "
+            f"'sinusoidal' or 'none'"
+        )

@@ -11,6 +11,7 @@ import attncourse._quiet  # noqa: F401  (before any TensorFlow import)
 
 from . import (
     decoding,
+    efficient,
     layers,
     masking,
     multihead,
@@ -18,11 +19,13 @@ from . import (
     positional,
     scoring,
     seq2seq,
+    sparse,
     tiny,
     transformer,
     weights,
 )
 from .decoding import *  # noqa: F401,F403
+from .efficient import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
@@ -30,6 +33,7 @@ from .pooling import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .sparse import *  # noqa: F401,F403
 from .tiny import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .weights import *  # noqa: F401,F403
@@ -49,6 +53,8 @@ __all__ = sorted(
                 transformer,
                 tiny,
                 decoding,
+                efficient,
+                sparse,
                 weights,
             )
         )

@@ -86,7 +86,12 @@ def test_no_committed_notebook_has_outputs():
 # 1280 px; the browser test checks the built pages do not scroll sideways).
 MAX_CHAPTER_LINES = 650
 MAX_CODE_WIDTH = 79
-FIRST_PARTS = ("Foundations", "Attention layers", "The Transformer")
+FIRST_PARTS = (
+    "Foundations",
+    "Attention layers",
+    "The Transformer",
+    "Efficient attention",
+)
 
 
 def lessons() -> list[str]:

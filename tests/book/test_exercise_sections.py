@@ -36,7 +36,10 @@ NOT_CHAPTERS = {"book/index", "book/exercises", "book/glossary"}
 # Chapters whose assignment does not exist yet: their Exercise section must say
 # plainly that it is not graded. Remove a slug once solutions/<slug>/ exists.
 UNGRADED = {
-    "attention-cost": "no nbgrader assignment yet",
+    "attention-cost": "measuring is practised, not graded; the part's assignment "
+    "is flash-attention",
+    "sparse-linear-attention": "practice only; the part's assignment is "
+    "flash-attention",
 }
 EXTRA_OK = re.compile(r"not graded|^glossary", re.I)  # other admonitions allowed
 CHECK_CALL = re.compile(r'check\("([\w-]+)", "(\w+)", "(tf|torch)"\)')

@@ -1,0 +1,3 @@
+"""Sliding-window (local) and linear attention."""
+
+__all__ = []
