@@ -1203,6 +1203,110 @@ def kv_cache_bytes_inputs(**sizes) -> None:
 # --- Efficient attention: tiled (flash) attention (attncourse.*.efficient) ---
 
 
+FLASH_SCORES = "(batch, num_queries, num_keys)"
+
+
+def check_scale(scale) -> None:
+    """scale: None (1/sqrt(d)) or a real number."""
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, int | float | np.floating)
+    ):
+        raise TypeError(
+            f"scale must be None (1/sqrt(d)) or a real number, got "
+            f"{type(scale).__name__}"
+        )
+
+
+def check_block_size(name: str, value) -> None:
+    """block_q / block_k: a tile size, an int >= 1 (it need not divide n)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(
+            f"{name} must be a positive int (a tile size), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if int(value) < 1:
+        raise ValueError(
+            f"{name} must be a positive int (a tile size, >= 1), got {int(value)}"
+        )
+
+
+def check_flash_mask(mask, scores: Shape, block_q, block_k) -> None:
+    """A bool mask (True = attend) of at most 3 axes that broadcasts to the
+    scores (batch, num_queries, num_keys): each tile reads its block_q x
+    block_k slice of it (a size-1 axis is shared by every tile)."""
+    shape, dtype = shape_of(mask), dtype_name(mask)
+    if dtype != "bool":
+        raise TypeError(f"mask must be boolean with True = attend, got dtype {dtype}")
+    if len(shape) > 3 or not broadcast_shape(shape, scores):
+        raise ValueError(
+            f"mask of shape {shape} does not broadcast to the scores "
+            f"{FLASH_SCORES} = {scores} that flash attention cuts into "
+            f"{block_q} x {block_k} tiles; a padding mask over keys needs shape "
+            f"(batch, 1, num_keys), a full mask (num_queries, num_keys) or "
+            f"{FLASH_SCORES}"
+        )
+
+
+def flash_attention_inputs(
+    queries, keys, values, mask, causal, block_q, block_k, scale
+) -> None:
+    """attention_inputs with d_q == d_k; block sizes ints >= 1; a bool mask
+    broadcastable to (batch, num_queries, num_keys); causal a bool; scale None
+    or a number."""
+    attention_inputs(queries, keys, values, same_feature_size=True)
+    check_block_size("block_q", block_q)
+    check_block_size("block_k", block_k)
+    check_causal_flag(causal)
+    check_scale(scale)
+    q, k = shape_of(queries), shape_of(keys)
+    if mask is not None:
+        check_flash_mask(mask, (q[0], q[1], k[1]), block_q, block_k)
+
+
+def flash_backward_inputs(
+    queries,
+    keys,
+    values,
+    outputs,
+    logsumexp,
+    grad_outputs,
+    mask,
+    causal,
+    block_q,
+    block_k,
+    scale,
+) -> None:
+    """flash_attention_inputs, plus what the forward pass returned -- outputs
+    (batch, num_queries, d_v), logsumexp (batch, num_queries) -- and
+    grad_outputs shaped like outputs, all of the queries' dtype."""
+    flash_attention_inputs(queries, keys, values, mask, causal, block_q, block_k, scale)
+    q, v = shape_of(queries), shape_of(values)
+    expected = {
+        "outputs": ((q[0], q[1], v[2]), "(batch, num_queries, d_v)"),
+        "logsumexp": ((q[0], q[1]), "(batch, num_queries)"),
+        "grad_outputs": ((q[0], q[1], v[2]), "(batch, num_queries, d_v)"),
+    }
+    given = {"outputs": outputs, "logsumexp": logsumexp, "grad_outputs": grad_outputs}
+    for name, x in given.items():
+        check_float(name, x)
+        check_shape(name, shape_of(x), *expected[name])
+    check_same_dtype(queries=queries, **given)
+
+
+def attention_logsumexp_inputs(queries, keys, mask, causal, scale) -> None:
+    """Float queries (batch, num_queries, d) and keys (batch, num_keys, d) of
+    one dtype; a bool mask broadcastable to the scores; causal a bool."""
+    for name, x in (("queries", queries), ("keys", keys)):
+        check_float(name, x)
+    check_same_dtype(queries=queries, keys=keys)
+    q, k = shape_of(queries), shape_of(keys)
+    check_qkv(q, k, same_feature_size=True)
+    check_causal_flag(causal)
+    check_scale(scale)
+    if mask is not None:
+        check_mask(shape_of(mask), dtype_name(mask), (q[0], q[1], k[1]))
+
+
 # --- Efficient attention: sliding-window and linear attention (attncourse.*.sparse) ---
 
 
@@ -1305,7 +1409,8 @@ def linear_step_inputs(state, normaliser, query, key, value, feature_map, eps):
     the start of a sequence; a callable (or None) feature map; eps > 0."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_float(name, x)
-        check_rank(name, shape_of(x), 2, f"(batch, {'d_v' if name == 'value' else 'd'})")
+        layout = "(batch, d_v)" if name == "value" else "(batch, d)"
+        check_rank(name, shape_of(x), 2, layout)
     check_same_dtype(query=query, key=key, value=value)
     q, k, v = shape_of(query), shape_of(key), shape_of(value)
     if q != k or v[0] != q[0]:
@@ -1365,8 +1470,7 @@ def tiny_attention(attention, window, positions) -> None:
         check_positive("window", window)
     elif window is not None:
         raise ValueError(
-            f"window={window!r} is for attention='window'; got "
-            f"attention={attention!r}"
+            f"window={window!r} goes with attention='window', not {attention!r}"
         )
     if attention != "softmax" and positions == "alibi":
         raise ValueError(

@@ -21,6 +21,7 @@ from attncourse.numpy.tiny import _initial_value, tiny_param_shapes
 from . import positional
 from .masking import causal_mask, masked_softmax
 from .multihead import merge_heads, split_heads
+from .sparse import _linear, _sliding_window, elu_feature_map
 
 __all__ = [
     "TinyTransformer",
@@ -40,20 +41,29 @@ def _layer_norm(x, p, prefix, eps=1e-5):
     return (x - mean) / torch.sqrt(var + eps) * p[prefix + "gamma"] + p[prefix + "beta"]
 
 
-def _attention(x, p, pre, num_heads, positions, head_mask):
-    """Causal multi-head self-attention of one layer; returns (out, weights)."""
+def _attention(x, p, pre, num_heads, positions, head_mask, attention, window):
+    """Causal multi-head self-attention of one layer; returns (out, weights):
+    softmax weights (batch, heads, n, n), the band (batch, heads, n, window)
+    for "window", None for "linear" (it forms no weights)."""
     n = x.shape[1]
     q, k, v = (
         split_heads(x @ p[f"{pre}W_{c}"] + p[f"{pre}b_{c}"], num_heads) for c in "qkv"
     )  # each (batch, heads, n, d_head)
     if positions == "rope":
         q, k = positional.apply_rope(q), positional.apply_rope(k)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if positions == "alibi":
-        scores = scores + positional.alibi_bias(num_heads, n).to(scores)
-    mask = causal_mask(n).to(scores.device)
-    weights = masked_softmax(scores, mask)  # (batch, heads, n, n)
-    heads = weights @ v  # (batch, heads, n, d_head)
+    if attention == "window":  # the band of the last `window` keys
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        heads, weights = _sliding_window(q, k, v, window, True, scale)
+    elif attention == "linear":  # elu + 1 features, a running state
+        heads = _linear(elu_feature_map(q), elu_feature_map(k), v, True, 1e-6)
+        weights = None
+    else:  # softmax over the (n, n) causal scores
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if positions == "alibi":
+            scores = scores + positional.alibi_bias(num_heads, n).to(scores)
+        mask = causal_mask(n).to(scores.device)
+        weights = masked_softmax(scores, mask)  # (batch, heads, n, n)
+        heads = weights @ v  # (batch, heads, n, d_head)
     if head_mask is not None:
         heads = heads * head_mask.to(heads)[:, None, None]
     return merge_heads(heads) @ p[f"{pre}W_o"] + p[f"{pre}b_o"], weights
@@ -69,13 +79,19 @@ def tiny_transformer(
     mlp=False,
     layer_norm=False,
     head_mask=None,
+    attention="softmax",
+    window=None,
 ):
     """The forward pass with the parameters ``params`` (tiny_param_shapes).
 
     tokens (batch, n) int; head_mask: optional (num_layers, num_heads)
-    factors on each head's output (0 = ablate that head). Returns (logits
-    (batch, n, vocab_size), [weights (batch, heads, n, n) per layer]).
+    factors on each head's output (0 = ablate that head); attention
+    "softmax", "linear" or "window" (with window=w), see TinyTransformer.
+    Returns (logits (batch, n, vocab_size), [weights per layer]): (batch,
+    heads, n, n) for softmax, the band (batch, heads, n, w) for "window"
+    (sparse.sliding_window_attention's layout), None for "linear".
     """
+    checks.tiny_attention(attention, window, positions)
     p = params
     x = p["embed"][tokens]  # (batch, n, d_model)
     n, d_model = tokens.shape[1], x.shape[-1]
@@ -98,6 +114,8 @@ def tiny_transformer(
             num_heads,
             positions,
             mask,
+            attention,
+            window,
         )
         x = x + out  # the residual stream
         all_weights.append(weights)
@@ -132,6 +150,8 @@ class TinyTransformer(nn.Module):
         positions="learned",
         layer_norm=False,
         d_ff=None,
+        attention="softmax",
+        window=None,
         seed=None,
     ):
         super().__init__()
@@ -142,6 +162,9 @@ class TinyTransformer(nn.Module):
         self.num_heads, self.num_layers = int(num_heads), int(num_layers)
         self.max_len, self.mlp, self.positions = int(max_len), mlp, positions
         self.layer_norm = bool(layer_norm)
+        checks.tiny_attention(attention, window, positions)
+        self.attention = attention
+        self.window = None if window is None else int(window)
         shapes = tiny_param_shapes(
             vocab_size,
             d_model,
@@ -173,7 +196,8 @@ class TinyTransformer(nn.Module):
 
     def forward(self, tokens, return_weights=False, head_mask=None):
         """logits (batch, n, vocab_size), plus the list of per-layer weights
-        (batch, heads, n, n) if return_weights."""
+        if return_weights: (batch, heads, n, n) for softmax, the band (batch,
+        heads, n, window) for "window", None for "linear"."""
         tokens = torch.as_tensor(tokens)
         checks.tiny_tokens(tokens, self.vocab_size, self.max_len, self.positions)
         if head_mask is not None:
@@ -188,6 +212,8 @@ class TinyTransformer(nn.Module):
             mlp=self.mlp,
             layer_norm=self.layer_norm,
             head_mask=head_mask,
+            attention=self.attention,
+            window=self.window,
         )
         return (logits, weights) if return_weights else logits
 

@@ -36,6 +36,7 @@ FRAMEWORK_ONLY = {  # name -> (the modules that have it, why only those)
     "train_tiny": ({"tf", "torch"}, _TRAINING),
     "next_token_loss": ({"tf", "torch"}, "the loss train_tiny differentiates"),
     "repeat_mask": ({"tf", "torch"}, "the positions next_token_loss scores"),
+    "FlashAttention": ({"torch"}, "a torch.autograd.Function (tf: tf.custom_gradient)"),
 }
 SHARED = sorted(anp.__all__)
 

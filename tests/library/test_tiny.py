@@ -334,3 +334,132 @@ def test_a_seed_gives_every_framework_the_numpy_models_initial_weights():
     np.testing.assert_allclose(got, expected, atol=1e-5)
     other = anp.TinyTransformer(10, 16, 2, 2, 8, seed=4)
     assert not np.allclose(other.params["embed"], ref.params["embed"])
+
+
+# --- attention="linear" and attention="window" (attncourse.*.sparse) ---------
+
+VARIANTS = [
+    {"attention": "linear"},
+    {"attention": "window", "window": 3},
+]
+VARIANT_IDS = ["linear", "window3"]
+
+
+def _variant_models(kw, positions="learned", mlp=False, layer_norm=False):
+    """The NumPy reference and TF / torch models of one attention variant,
+    all holding the reference's parameters."""
+    kw = {"positions": positions, "mlp": mlp, "layer_norm": layer_norm, **kw}
+    ref = anp.TinyTransformer(*SIZES.values(), seed=0, **kw)
+    m_tf = atf.TinyTransformer(*SIZES.values(), **kw)
+    m_pt = atorch.TinyTransformer(*SIZES.values(), **kw)
+    atf.set_params(m_tf, anp.get_params(ref))
+    atorch.set_params(m_pt, anp.get_params(ref))
+    return ref, m_tf, m_pt
+
+
+@pytest.mark.parametrize("mod, conv", MODEL_MODULES)
+def test_softmax_is_the_default_and_a_full_window_equals_it(mod, conv):
+    tokens = conv(tasks.induction_task(3, 5, 11, seed=1))  # n = 10
+    start = anp.get_params(anp.TinyTransformer(*SIZES.values(), mlp=True, seed=5))
+    outputs = {}
+    for name, kw in [
+        ("default", {}),
+        ("softmax", {"attention": "softmax"}),
+        ("window", {"attention": "window", "window": 10}),
+    ]:
+        model = mod.TinyTransformer(*SIZES.values(), mlp=True, **kw)
+        mod.set_params(model, start)
+        outputs[name] = to_np(model(tokens))
+    np.testing.assert_array_equal(outputs["softmax"], outputs["default"])
+    np.testing.assert_allclose(outputs["window"], outputs["default"], atol=ATOL)
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("positions", ["learned", "rope", "none"])
+def test_variant_forward_parity_numpy_tf_torch(kw, positions):
+    ref, m_tf, m_pt = _variant_models(kw, positions, mlp=True, layer_norm=True)
+    tokens = tasks.induction_task(3, 5, 11, seed=1)  # (3, 10)
+    logits, weights = ref(tokens, return_weights=True)
+    l_tf, w_tf = m_tf(tf.constant(tokens), return_weights=True)
+    with torch.no_grad():
+        l_pt, w_pt = m_pt(torch.tensor(tokens), return_weights=True)
+    for got in (l_tf, l_pt):
+        np.testing.assert_allclose(to_np(got), logits, atol=ATOL, rtol=1e-5)
+    if kw["attention"] == "linear":  # no weights are formed
+        assert weights == w_tf == w_pt == [None, None]
+        return
+    assert weights[0].shape == (3, 2, 10, 3)  # the band of each query
+    np.testing.assert_allclose(weights[1].sum(-1), 1.0, atol=1e-12)
+    assert np.all(weights[0][:, :, 0, :2] == 0)  # keys -2 and -1 do not exist
+    for got in (w_tf, w_pt):
+        for layer, expected in enumerate(weights):
+            np.testing.assert_allclose(to_np(got[layer]), expected, atol=ATOL)
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=VARIANT_IDS)
+def test_variant_gradients_tf_equal_torch(kw):
+    _, m_tf, m_pt = _variant_models(kw, "rope", mlp=True, layer_norm=True)
+    tokens = tasks.induction_task(4, 5, 11, seed=2)
+    with tf.GradientTape() as tape:
+        loss_tf = atf.next_token_loss(
+            m_tf(tf.constant(tokens)), tf.constant(tokens), only_repeats=True
+        )
+    names = list(m_tf.params)
+    g_tf = tape.gradient(loss_tf, [m_tf.params[n] for n in names])
+    x = torch.tensor(tokens)
+    atorch.next_token_loss(m_pt(x), x, only_repeats=True).backward()
+    for name, g in zip(names, g_tf, strict=True):
+        np.testing.assert_allclose(
+            to_np(tf.convert_to_tensor(g)),
+            to_np(m_pt.params[name].grad),
+            atol=1e-5,
+            err_msg=name,
+        )
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=VARIANT_IDS)
+def test_variants_are_causal(kw):
+    ref = anp.TinyTransformer(*SIZES.values(), seed=0, mlp=True, **kw)
+    tokens = tasks.induction_task(2, 5, 11, seed=3)
+    changed = tokens.copy()
+    changed[:, 6] = (changed[:, 6] + 1) % 11
+    a, b = ref(tokens), ref(changed)
+    np.testing.assert_allclose(a[:, :6], b[:, :6], atol=1e-12)
+    assert not np.allclose(a[:, 6:], b[:, 6:])
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=VARIANT_IDS)
+def test_variants_train_alike_in_tf_and_torch(kw, one_torch_thread):
+    """A few train_tiny steps (forward + backward + Adam, the TF step
+    compiled): the same first loss in both frameworks, then close ones (Adam's
+    first steps move each weight by about lr * sign(gradient), so rounding in
+    near-zero gradients shows, as it does for softmax attention)."""
+    _, m_tf, m_pt = _variant_models(kw)
+    train = tasks.induction_task(64, 5, 11, seed=3)
+    losses_tf = atf.train_tiny(m_tf, train, 5, 8, 0.01, only_repeats=True)
+    losses_pt = atorch.train_tiny(m_pt, train, 5, 8, 0.01, only_repeats=True)
+    assert np.isfinite(losses_tf).all() and np.isfinite(losses_pt).all()
+    np.testing.assert_allclose(losses_tf[0], losses_pt[0], atol=1e-5)
+    np.testing.assert_allclose(losses_tf, losses_pt, atol=0.05)
+
+
+@pytest.mark.parametrize("mod, conv", MODEL_MODULES)
+def test_attention_option_errors(mod, conv):
+    with pytest.raises(ValueError, match="attention must be one of"):
+        mod.TinyTransformer(*SIZES.values(), attention="local")
+    with pytest.raises(ValueError, match="needs window=w"):
+        mod.TinyTransformer(*SIZES.values(), attention="window")
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        mod.TinyTransformer(*SIZES.values(), attention="window", window=0)
+    with pytest.raises(ValueError, match="goes with attention='window'"):
+        mod.TinyTransformer(*SIZES.values(), window=4)
+    with pytest.raises(ValueError, match="alibi"):
+        mod.TinyTransformer(*SIZES.values(), attention="linear", positions="alibi")
+    model = mod.TinyTransformer(*SIZES.values(), attention="window", window=4)
+    assert (model.attention, model.window) == ("window", 4)
+
+
+def test_tf_config_records_the_attention():
+    model = atf.TinyTransformer(*SIZES.values(), attention="window", window=4)
+    config = model.get_config()
+    assert (config["attention"], config["window"]) == ("window", 4)
