@@ -26,6 +26,8 @@ NAMES = [
     "induction-heads",
     "rope-rotation",
     "kv-cache-gqa",
+    "sliding-window-band",
+    "linear-attention-state",
 ]
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"
