@@ -133,8 +133,12 @@ def flash_attention(
 
     @tf.custom_gradient
     def attend(queries, keys, values):
+        # Inputs seen through stop_gradient: an eager outer tape would otherwise
+        # record (and keep alive) every tile op; the gradient is grad below.
         outputs, logsumexp = _tiled_forward(
-            queries, keys, values, _as_3d(mask), *options[1:]
+            *(tf.stop_gradient(x) for x in (queries, keys, values)),
+            _as_3d(mask),
+            *options[1:],
         )
 
         def grad(grad_outputs, grad_logsumexp):  # logsumexp has no gradient
