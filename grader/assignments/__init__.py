@@ -20,6 +20,7 @@ ASSIGNMENTS = {
     "tiny-transformer": "tiny_transformer",
     "positions": "positions",
     "kv-cache": "kv_cache",
+    "flash-attention": "flash_attention",
 }
 
 

@@ -800,6 +800,7 @@ def test_dynamic_access_is_flagged(code, expected):
         "tiny-transformer",
         "positions",
         "kv-cache",
+        "flash-attention",
     ],
 )
 def test_honest_solutions_are_not_flagged(assignment):

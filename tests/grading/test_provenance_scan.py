@@ -26,6 +26,7 @@ from grader import events as ev
 from grader import notebooks as nbs
 from grader import provenance, staging
 from grader.assignments import (
+    flash_attention,
     kv_cache,
     multi_head_attention,
     positions,
@@ -48,6 +49,11 @@ TARGETS = {
     ),
     "positions": (positions.FORBIDDEN, "attncourse.torch", "apply_rope"),
     "kv-cache": (kv_cache.FORBIDDEN, "attncourse.torch", "decode_step"),
+    "flash-attention": (
+        flash_attention.FORBIDDEN,
+        "attncourse.torch",
+        "flash_attention",
+    ),
     "multi-head-attention": (
         multi_head_attention.FORBIDDEN,
         "attncourse.torch",
