@@ -28,6 +28,8 @@ NAMES = [
     "kv-cache-gqa",
     "sliding-window-band",
     "linear-attention-state",
+    "flash-attention-tiles",
+    "flash-attention-backward",
 ]
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"
