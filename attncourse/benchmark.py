@@ -42,6 +42,9 @@ tensors holding the same numbers.
   function onto its reference "math" backend (``sdpa_kernel(SDPBackend.MATH)``),
   which does materialise the weights: same API, different kernel.
 
+Every TF case runs under ``tf.device("/CPU:0")``: on a machine with a GPU,
+TensorFlow would otherwise place its ops there while torch stays on the CPU.
+
 Passes: ``"forward"`` is one call; ``"backward"`` is the forward call and the
 gradients of sum(outputs * g) with respect to q, k and v for a fixed seeded
 upstream gradient g (``torch.autograd.grad``; in TF a ``GradientTape`` with
@@ -430,8 +433,15 @@ def _tf_callables(q, wanted, grad):
     def tensors_for(keras_4d):
         if keras_4d not in tensors:
             layout = keras_layout if keras_4d else (lambda x: x)
-            tensors[keras_4d] = tuple(tf.constant(layout(x)) for x in (q, q, q, grad))
+            with tf.device("/CPU:0"):
+                tensors[keras_4d] = tuple(
+                    tf.constant(layout(x)) for x in (q, q, q, grad)
+                )
         return tensors[keras_4d]
+
+    def on_cpu(fn, args):  # TF would place the ops on a visible GPU
+        with tf.device("/CPU:0"):
+            return fn(*args)
 
     fns = {}
     for pass_, names in wanted.items():
@@ -442,7 +452,7 @@ def _tf_callables(q, wanted, grad):
                 fn = _tf_backward(fn, g)
             if xla:
                 fn = tf.function(fn, jit_compile=True, autograph=False)
-            fns[(name, pass_)] = lambda fn=fn, args=args: fn(*args)
+            fns[(name, pass_)] = lambda fn=fn, args=args: on_cpu(fn, args)
     return fns
 
 

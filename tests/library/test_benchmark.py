@@ -162,3 +162,12 @@ def test_subprocess_report_measures_memory_growth():
         peaks[("torch ours", "backward", 512)] > peaks[("torch ours", "forward", 512)]
     )
     assert peaks[("torch SDPA", "backward", 512)] < table  # fused: no n x n table
+
+
+def test_tf_cases_run_on_the_cpu_even_where_a_gpu_is_visible():
+    pytest.importorskip("tensorflow")
+    fns = benchmark.make_callables(
+        benchmark.inputs(16), ["tf ours", "tf tiled", "keras.ops.dpa"], "backward"
+    )
+    for name, fn in fns.items():
+        assert all("CPU" in g.device for g in fn()), name
