@@ -28,7 +28,7 @@ import torch
 from support.grading import student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
-from grader import provenance, sandbox
+from grader import core, provenance, sandbox
 from grader.assignments import flash_attention as task
 from grader.build_references import check_variants
 from grader.core import verdict
@@ -76,9 +76,12 @@ def test_one_table_exceeds_the_cap_and_the_sandbox():
     # a float16 table or an (n, n) bool mask does not fit in the cap either
     assert n * n * 1 > runner.HEADROOM
     inputs = CASES["long"]
-    assert "queries" not in inputs and inputs["rows"].size == task.LONG_ROWS
-    assert inputs["rows"].min() < runner.BLOCK  # the first block, and the last row
-    assert inputs["rows"].max() == n - 1
+    assert "queries" not in inputs
+    # the kernel is never told which rows count: every row is checked
+    assert "rows" not in inputs
+    expected = task.expected("long", inputs)  # signed sums of every row
+    assert expected["outputs"].shape == (1, runner.MIXTURES, runner.HEAD_DIM)
+    assert expected["logsumexp"].shape == (1, runner.MIXTURES)
 
 
 def limits():
@@ -168,22 +171,71 @@ def test_honest_solution_passes_under_an_existing_tighter_limit():
 
 
 def test_grader_reference_for_the_long_case_stays_small():
-    """The grader never builds the (n, n) table: the checked rows only, the
-    known mistakes on those rows too."""
+    """The grader never builds the (n, n) table: every row, a chunk of rows
+    at a time; no known mistake is recomputed on all rows (per student)."""
     tracemalloc.start()
     try:
         inputs = task.make_cases()["long"]
+        start = time.monotonic()
         expected = task.expected("long", inputs)
-        for variant in task.CHECKS["memory"].variants:
-            variant.compute(inputs)
+        seconds = time.monotonic() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"
-    assert expected["outputs"].shape == (1, task.LONG_ROWS, runner.HEAD_DIM)
-    # the same rows, computed another way: the tiled algorithm on the rows
-    for key, value in task.tiled(inputs).items():
-        np.testing.assert_allclose(value, expected[key], atol=1e-10)
+    assert seconds < 30, f"{seconds:.0f} s per student"
+    assert task.CHECKS["memory"].variants == ()
+    # every row counts: one row left out (zeros) shows in the signed sums
+    full = task.direct(inputs)
+    assert full["outputs"].shape == (1, runner.LENGTH, runner.HEAD_DIM)
+    for key, value in runner.mixed(full, inputs["seed"]).items():
+        assert core._close(value, expected[key], key)
+    for row in (0, runner.LENGTH // 2, runner.LENGTH - 1):
+        for key in task.COMPARE:
+            changed = {k: v.copy() for k, v in full.items()}
+            changed[key][0, row] = 0.0
+            value = runner.mixed(changed, inputs["seed"])[key]
+            assert not core._close(value, expected[key], key), (row, key)
+    # some rows, computed another way: the tiled algorithm on those rows
+    sub = {**inputs, "rows": task.long_rows(inputs)}
+    want = task.direct(sub)
+    for key, value in task.tiled(sub).items():
+        np.testing.assert_allclose(value, want[key], atol=1e-10)
+
+
+ROWS_FROM_THE_RUNNER = """
+import sys
+
+def flash_attention_torch(queries, keys, values, causal=False, block_q=64,
+                          block_k=64):
+    # the rows the grader checks, if the kernel knows them (its frames, its
+    # inputs): the whole table of those rows only, zeros elsewhere
+    frame, rows = sys._getframe(1), None
+    while frame is not None and rows is None:
+        found = frame.f_locals.get("inputs")
+        if isinstance(found, dict) and "rows" in found:
+            rows = torch.as_tensor(np.asarray(found["rows"]))
+        frame = frame.f_back
+    n = queries.shape[1]
+    if rows is None:  # a guess: 24 rows
+        rows = torch.arange(0, n, max(1, n // 24))
+    out = torch.zeros(queries.shape[0], n, values.shape[-1])
+    lse = torch.zeros(queries.shape[0], n)
+    s = queries[:, rows] @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+    s = s.masked_fill(torch.arange(keys.shape[1])[None, :] > rows[:, None],
+                      -math.inf)
+    lse[:, rows] = torch.logsumexp(s, dim=-1)
+    out[:, rows] = torch.exp(s - lse[:, rows, None]) @ values
+    return out, lse
+"""
+
+
+def test_rows_the_kernel_could_predict_earn_nothing():
+    """A naive solution that computes only the rows the grader checks (read
+    from the runner's frame or the inputs file) must not pass: the kernel is
+    not told any rows, and every row is compared."""
+    with pytest.raises(GradingError, match="mismatch|logsumexp|outputs"):
+        judge("memory", namespace(extra=ROWS_FROM_THE_RUNNER))
 
 
 # --------------------------------------------------------------- the skip case
@@ -252,6 +304,135 @@ def test_function_that_keeps_the_weights_is_named():
     exec(SAVES_WEIGHTS, ns)
     with pytest.raises(GradingError, match=r"\(saves-weights\)"):
         judge("gradients", ns)
+
+
+KEEPS = """
+CACHE = {}
+
+
+class FlashAttentionTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, keys, values, causal=False, block_q=64, block_k=64):
+        outputs, lse = flash_attention_torch(queries, keys, values, causal,
+                                             block_q, block_k)
+        s = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        if causal:
+            hidden = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+            s = s.masked_fill(hidden, -math.inf)
+        W = torch.exp(s - lse[..., None])
+        STORE
+        ctx.save_for_backward(queries, keys, values, outputs)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        q, k, v, o = ctx.saved_tensors
+        P = LOAD
+        scale = 1 / math.sqrt(q.shape[-1])
+        ds = P * (grad_outputs @ v.transpose(-1, -2)
+                  - (grad_outputs * o).sum(-1, keepdim=True))
+        return (ds @ k * scale, ds.transpose(-1, -2) @ q * scale,
+                P.transpose(-1, -2) @ grad_outputs, None, None, None)
+"""
+DISGUISES = {
+    "a list on ctx": ("ctx.w = [W]", "ctx.w[0]"),
+    "a dict on ctx": ("ctx.w = {'w': W}", "ctx.w['w']"),
+    "a NumPy array": ("ctx.w = W.numpy()", "torch.from_numpy(ctx.w)"),
+    "bytes": (
+        "ctx.w = (W.numpy().tobytes(), W.shape)",
+        "torch.frombuffer(bytearray(ctx.w[0]), dtype=torch.float32).reshape(ctx.w[1])",
+    ),
+    "a closure": ("ctx.w = (lambda W=W: W)", "ctx.w()"),
+    "an object": (
+        "ctx.w = type('Box', (), {})(); ctx.w.t = W",
+        "ctx.w.t",
+    ),
+    "tiles, copied": (
+        "ctx.w = [t.clone() for t in W.split(4, dim=-1)]",
+        "torch.cat(ctx.w, -1)",
+    ),
+    "a flat view": ("ctx.save_for_backward(W.reshape(-1)[:1])", "None"),
+    "a global": ("CACHE['w'] = W", "CACHE['w']"),
+    "a class attribute": ("FlashAttentionTorch.w = W", "FlashAttentionTorch.w"),
+}
+
+
+@pytest.mark.parametrize("how", DISGUISES)
+def test_weights_kept_in_disguise_are_named(how):
+    store, load = DISGUISES[how]
+    ns = namespace("torch")
+    code = KEEPS.replace("STORE", store).replace("LOAD", load)
+    if how == "a flat view":  # the view keeps the table's storage alive
+        code = code.replace(
+            "        ctx.save_for_backward(queries, keys, values, outputs)\n", ""
+        ).replace("q, k, v, o = ctx.saved_tensors", "return (None,) * 6")
+    exec(code, ns)
+    with pytest.raises(GradingError, match=r"\(saves-weights\)"):
+        judge("gradients", ns)
+
+
+AUTOGRAD_BACKWARD = """
+class FlashAttentionTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, keys, values, causal=False, block_q=64, block_k=64):
+        outputs, _ = flash_attention_torch(queries, keys, values, causal,
+                                           block_q, block_k)
+        ctx.save_for_backward(queries, keys, values)
+        ctx.causal = causal
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        q, k, v = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            if ctx.causal:
+                hidden = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+                s = s.masked_fill(hidden, -math.inf)
+            CALL
+        return q.grad, k.grad, v.grad, None, None, None
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "(torch.softmax(s, -1) @ v).backward(grad_outputs)",
+        "torch.autograd.backward(torch.softmax(s, -1) @ v, grad_outputs)",
+    ],
+)
+def test_backward_that_runs_autograd_is_named(call):
+    ns = namespace("torch")
+    exec(AUTOGRAD_BACKWARD.replace("CALL", call), ns)
+    with pytest.raises(GradingError, match=r"\(autograd-in-backward\)"):
+        judge("gradients", ns)
+
+
+HONEST_EXTRAS = """
+class FlashAttentionTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, keys, values, causal=False, block_q=64, block_k=64):
+        outputs, logsumexp = flash_attention_torch(
+            queries, keys, values, causal, block_q, block_k
+        )
+        # more than needed, never the weights: copies, D, the settings
+        ctx.save_for_backward(queries, keys, values, outputs, logsumexp)
+        ctx.copies = [t.clone() for t in (queries, keys, values, outputs)]
+        ctx.extra = {"lse": logsumexp.clone(), "d": queries.shape[-1]}
+        ctx.causal, ctx.block_q, ctx.block_k = causal, block_q, block_k
+        LOG.append(tuple(queries.shape))
+        return outputs
+
+    backward = ORIGINAL.backward
+"""
+
+
+def test_honest_function_with_extra_state_is_not_accused():
+    ns = namespace("torch")
+    ns["ORIGINAL"], ns["LOG"] = ns["FlashAttentionTorch"], []
+    exec(HONEST_EXTRAS, ns)
+    judge("gradients", ns)
+    assert ns["LOG"]  # the class under test was ours
 
 
 def test_function_must_be_an_autograd_function():
@@ -355,6 +536,17 @@ SETUP = [
         (
             "m = attncourse.torch.causal_mask(4, 4)",
             "attncourse.torch.causal_mask",
+        ),
+        (
+            "torch.autograd.backward(out, grad_outputs)",
+            "torch.autograd.backward",
+        ),
+        ("keys = torch.nan_to_num(keys)", "torch.nan_to_num"),
+        ("keys = np.nan_to_num(keys)", "numpy.nan_to_num"),
+        ("ok = tf.math.is_nan(keys)", "tensorflow.math.is_nan"),
+        (
+            "o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)",
+            "_scaled_dot_product_flash_attention_for_cpu",
         ),
     ],
 )

@@ -21,13 +21,16 @@ Three cases need more than a call:
   (``address_space_cap``): what the kernel maps already plus ``HEADROOM``,
   never above the limit it runs under. One (n, n) float32 table is far
   beyond both the cap and the sandbox's 4 GiB; a tiled solution needs tens
-  of MiB. Only the rows named in ``rows`` are returned;
+  of MiB. Every row counts: the runner returns ``MIXTURES`` signed sums of
+  all rows (``mixed``), never selected rows (rows the kernel knows, a naive
+  solution could compute alone);
 * the gradients of ``FlashAttentionTorch``: the class must be an
   ``autograd.Function`` whose backward produced the outputs' ``grad_fn``, and
   it must not keep an (n_q, n_k) table for the backward.
 """
 
 import contextlib
+import ctypes
 import os
 import resource
 
@@ -56,6 +59,7 @@ GiB = 1 << 30
 LENGTH, HEAD_DIM, BLOCK = 17 * 2048, 4, 2048
 HEADROOM = 1 * GiB
 QUERY_SCALE = 2.0  # sharper weights: the outputs depend on a few keys
+MIXTURES = 16  # signed sums of all rows the memory case returns
 
 
 def long_inputs(seed: int, length: int, head_dim: int) -> dict:
@@ -80,12 +84,30 @@ def mapped_bytes() -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+MMAP_THRESHOLD = 1 << 20  # blocks from 1 MiB up: mapped alone, unmapped when freed
+
+
+def steady_large_blocks() -> None:
+    """Fix glibc's mmap threshold (it grows after each large free, up to 32 MiB):
+    then every tile-sized block is mapped on its own and unmapped when freed,
+    instead of growing the threads' malloc arenas, whose reserved address space
+    counts against the cap though nothing lives there. Without this an honest
+    tiled solution in a long-lived, many-threaded process could be refused a
+    16 MiB tile with hundreds of MiB of room. Best effort (not glibc: no-op)."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 @contextlib.contextmanager
 def address_space_cap(headroom: int = HEADROOM):
     """Lower the soft RLIMIT_AS to what is mapped now plus ``headroom`` (never
     above the soft limit in force) for the block, then restore it. Without a
     sandbox (tests, a notebook run by hand) this is what keeps a
     materialising solution from allocating tens of GB."""
+    steady_large_blocks()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     used = mapped_bytes()
     if used is None and soft == resource.RLIM_INFINITY:
@@ -233,15 +255,32 @@ def run_long(framework, fn, inputs, settings, what) -> dict:
             f"call may map about {allowed / GiB:.1f} GiB more than the kernel "
             f"holds, and one ({n}, {n}) float32 table alone is {table:.1f} "
             f"GiB.\nLikely mistake (materialised-weights): the scores or "
-            f"weights of all queries and keys are built at once (or those of "
-            f"a query block with all keys, or an (n_q, n_k) mask); keep only "
+            f"weights of all queries and keys are built at once (or an (n_q, "
+            f"n_k) mask); keep only "
             f"one (block_q, block_k) tile of them at a time, with the running "
             f"max, sum and output per query."
         )
     out = numpy_results(unpack(result, OUTPUTS, what), TARGETS[framework])
     check_shapes(out, 1, n, arrays["values"].shape[-1], what)
-    rows = np.asarray(inputs["rows"], dtype=np.int64)
-    return {k: v[:, rows] for k, v in out.items()}
+    return mixed(out, inputs["seed"])
+
+
+def mixtures(seed: int, n: int) -> np.ndarray:
+    """(MIXTURES, n): random signs / sqrt(n), drawn from the case's seed --
+    here and in the grader, with the same NumPy."""
+    r = np.random.default_rng([int(seed), 1])
+    return r.choice([-1.0, 1.0], size=(MIXTURES, int(n))) / np.sqrt(int(n))
+
+
+def mixed(results: dict, seed) -> dict:
+    """Every row of the memory case in a few numbers: MIXTURES signed sums of
+    all rows' outputs and logsumexp (no row can be left out or guessed: each
+    sum needs every row; knowing the signs does not help)."""
+    mix = mixtures(seed, results["outputs"].shape[1])
+    return {
+        "outputs": (mix @ np.asarray(results["outputs"][0], np.float64))[None],
+        "logsumexp": (mix @ np.asarray(results["logsumexp"][0], np.float64))[None],
+    }
 
 
 def _function(namespace):
@@ -257,10 +296,96 @@ def _function(namespace):
     return cls
 
 
+WALK_OBJECTS = 20_000  # objects a look at what the forward kept visits at most
+WALK_DEPTH = 8
+
+
+def kept_numbers(roots) -> list[int]:
+    """The numbers each tensor, array or buffer reachable from ``roots`` holds
+    (a tensor: its whole storage, so a view of a table counts as the table),
+    through containers, objects' attributes and functions' closures and
+    defaults -- never into modules or classes' methods. Bounded
+    (``WALK_OBJECTS``, ``WALK_DEPTH``); never calls student code (no
+    properties, no ``__iter__``)."""
+    import torch
+
+    found, seen = [], set()
+    todo = [(r, 0) for r in roots]
+    while todo and len(seen) < WALK_OBJECTS:
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > WALK_DEPTH:
+            continue
+        seen.add(id(obj))
+        children = ()
+        if isinstance(obj, torch.Tensor):
+            try:
+                storage = obj.untyped_storage().nbytes() // max(obj.element_size(), 1)
+            except (RuntimeError, NotImplementedError):
+                storage = 0
+            found.append(max(obj.numel(), storage))
+            children = tuple(vars(obj).values()) if type(obj).__dict__ else ()
+        elif isinstance(obj, np.ndarray):
+            base = obj.base if isinstance(obj.base, np.ndarray) else None
+            found.append(obj.size if base is None else max(obj.size, base.size))
+        elif isinstance(obj, (bytes, bytearray, memoryview)):
+            found.append(
+                len(obj) // 4 if not isinstance(obj, memoryview) else obj.nbytes // 4
+            )
+        elif isinstance(obj, (str, int, float, complex, bool, type(None), type)):
+            continue
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            for base in (list, tuple, set, frozenset):  # never a subclass's own
+                if isinstance(obj, base):
+                    children = tuple(base.__iter__(obj))
+                    break
+        elif isinstance(obj, dict):
+            children = (*dict.keys(obj), *dict.values(obj))
+        elif callable(obj) and hasattr(obj, "__code__"):
+            cells = getattr(obj, "__closure__", None) or ()
+            children = (
+                *(c.cell_contents for c in cells if _filled(c)),
+                *(getattr(obj, "__defaults__", None) or ()),
+                *(getattr(obj, "__kwdefaults__", None) or {}).values(),
+            )
+        elif type(obj).__name__ != "module" and not _machinery(obj):
+            attrs = getattr(obj, "__dict__", None)
+            if isinstance(attrs, dict):
+                children = tuple(dict.values(attrs))
+        todo.extend((c, depth + 1) for c in children)
+    return found
+
+
+def _machinery(obj) -> bool:
+    """The shell's and the kernel's own objects (never the student's data)."""
+    module = getattr(type(obj), "__module__", "") or ""
+    return module.split(".")[0] in ("IPython", "ipykernel", "traitlets", "zmq")
+
+
+SHELL_NAMES = ("In", "Out", "exit", "quit", "get_ipython")
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _saves_weights(what, shape) -> GradingError:
+    return GradingError(
+        f"{what}: the forward keeps {shape} for the backward.\nLikely mistake "
+        f"(saves-weights): the weights (or scores) of all queries and keys are "
+        f"kept -- the memory the tiling saves; save queries, keys, values, "
+        f"outputs and the logsumexp (one number per query) and recompute each "
+        f"tile's weights in backward as exp(scores - logsumexp)."
+    )
+
+
 def _saved(out, cls, batch, n_q, n_k, what) -> None:
     """The outputs come from the student's Function, which keeps no (n_q, n_k)
-    table for the backward (in save_for_backward or on ctx)."""
-    import torch
+    table for the backward (in save_for_backward, on ctx, in anything those
+    hold: lists, dicts, arrays, bytes, closures)."""
 
     node = call_student(what, lambda: out.grad_fn)
     if node is None or getattr(type(node), "_forward_cls", None) is not cls:
@@ -271,22 +396,103 @@ def _saved(out, cls, batch, n_q, n_k, what) -> None:
         )
 
     def large_kept():  # what the student's forward left on its node
-        kept = [*node.saved_tensors, *vars(node).values()]
-        return [
-            tuple(t.shape)
-            for t in kept
-            if isinstance(t, torch.Tensor) and t.numel() >= batch * n_q * n_k
-        ]
+        kept = kept_numbers([*node.saved_tensors, *vars(node).values()])
+        return [n for n in kept if n >= batch * n_q * n_k]
 
     big = call_student(f"reading what {FUNCTION}.forward saved", large_kept)
     if big:
+        raise _saves_weights(what, f"{big[0]} numbers (an (n_q, n_k) table)")
+
+
+# the look at what the forward keeps, on a sequence where one (n, n) table
+# dwarfs what the backward needs (queries, keys, values, outputs: 4 n d, and
+# the logsumexp: n): the weights kept in any form -- whole, in tiles, on
+# ctx, in a global or on the class -- add at least half a table
+PROBE_LENGTH, PROBE_DIM, PROBE_BLOCK = 256, 4, 64
+
+
+def _probe_kept(cls, namespace, what) -> None:
+    """Run the student's Function once on a longer sequence and refuse more
+    than half an (n, n) table of numbers kept for the backward: on its node
+    (recursively) or newly reachable from the notebook's namespace."""
+    import torch
+
+    n, d = PROBE_LENGTH, PROBE_DIM
+    table = n * n
+    r = np.random.default_rng(n)
+    leaves = [
+        torch.tensor(r.standard_normal((1, n, d)), dtype=torch.float32).requires_grad_()
+        for _ in SOURCES
+    ]
+
+    def roots():  # read afresh: what the class and the namespace hold now
+        return [
+            *vars(cls).values(),  # a class attribute (kept_numbers skips classes)
+            *(
+                v
+                for k, v in namespace.items()
+                if k not in SHELL_NAMES and type(v).__name__ != "module"
+            ),
+        ]
+
+    before = call_student(
+        f"{FUNCTION}: reading the namespace", lambda: kept_numbers(roots())
+    )
+    args = (*leaves, True, PROBE_BLOCK, PROBE_BLOCK)
+    probe = f"{FUNCTION}.apply(queries, keys, values, True, 64, 64) on {n} positions"
+    out = call_student(probe, cls.apply, *args)
+    node = call_student(probe, lambda: getattr(out, "grad_fn", None))
+    if node is None:
+        return  # the graded cases say what is wrong
+    on_node = call_student(
+        f"reading what {FUNCTION}.forward saved",
+        lambda: kept_numbers([*node.saved_tensors, *vars(node).values()]),
+    )
+    leaf_ids = {id(t) for t in leaves}
+    saved = list(call_student(probe, lambda: node.saved_tensors))
+    inputs_kept = sum(t.numel() for t in saved if id(t) in leaf_ids)
+    after = call_student(
+        f"{FUNCTION}: reading the namespace", lambda: kept_numbers(roots())
+    )
+    extra = sum(on_node) - inputs_kept + max(sum(after) - sum(before), 0)
+    if extra >= table // 2:
+        raise _saves_weights(
+            what.split("(")[0] + f"(..., {n} positions)",
+            f"{extra} numbers besides the inputs ({n} x {n} = {table} would be "
+            f"the weights; the backward needs about {n * (2 * d + 1)})",
+        )
+
+
+class _AutogradInBackward(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def no_autograd_in_backward(what):
+    """A backward that builds an autograd graph (a forward recomputed under
+    ``torch.enable_grad()`` and differentiated by autograd) is not the
+    hand-written backward the exercise asks for: any tensor saved for
+    autograd while a node's backward runs is refused."""
+    import torch
+
+    seen = []
+
+    def pack(tensor):
+        if torch._C._current_autograd_node() is not None:
+            seen.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield
+    if seen:
         raise GradingError(
-            f"{what}: the forward keeps tensors of shape {big[0]} for the "
-            f"backward.\nLikely mistake (saves-weights): the weights (or "
-            f"scores) of all queries and keys are kept -- the memory the "
-            f"tiling saves; save queries, keys, values, outputs and the "
-            f"logsumexp (one number per query) and recompute each tile's "
-            f"weights in backward as exp(scores - logsumexp)."
+            f"{what}: {FUNCTION}.backward runs autograd (it records a graph "
+            f"while computing the gradients: a forward recomputed under "
+            f"torch.enable_grad() and differentiated with .backward() or "
+            f"torch.autograd).\nLikely mistake (autograd-in-backward): write "
+            f"the gradients tile by tile: P = exp(S - logsumexp), dV += P^T "
+            f"dO, dP = dO V^T, dS = P * (dP - D), dQ += dS K * scale, dK += "
+            f"dS^T Q * scale."
         )
 
 
@@ -319,7 +525,12 @@ def run_gradients(framework: str, namespace: dict, inputs: dict, gradients=True)
             return out
 
     g = tensors(framework, inputs, ("upstream",))["upstream"]
-    return with_gradients(framework, forward, t, {"outputs": g}, what)
+    if framework == "tf":
+        return with_gradients(framework, forward, t, {"outputs": g}, what)
+    with no_autograd_in_backward(what):
+        results = with_gradients(framework, forward, t, {"outputs": g}, what)
+    _probe_kept(cls, namespace, what)
+    return results
 
 
 RUNS = {
