@@ -72,6 +72,11 @@ def _scale(scale, d):
     return 1 / math.sqrt(d) if scale is None else float(scale)
 
 
+def _join(tiles, empty):
+    """The tiles joined along axis 1; ``empty`` (length 0) when there are none."""
+    return tf.concat(tiles, axis=1) if tiles else empty
+
+
 def _tiled_forward(queries, keys, values, mask, causal, block_q, block_k, scale):
     """The tile loops of flash_attention (mask already 3-D, scale a float)."""
     (b, nq, _), (nk, d_v) = queries.shape, values.shape[1:]
@@ -101,7 +106,8 @@ def _tiled_forward(queries, keys, values, mask, causal, block_q, block_k, scale)
         l_safe = tf.where(seen, l, tf.ones_like(l))
         outputs.append(acc / l_safe[..., None])  # (b, bq, d_v)
         logsumexp.append(tf.where(seen, m + tf.math.log(l_safe), neg_inf))
-    return tf.concat(outputs, axis=1), tf.concat(logsumexp, axis=1)
+    empty = tf.zeros((b, 0, d_v), queries.dtype)  # no query: nothing to join
+    return _join(outputs, empty), _join(logsumexp, empty[..., 0])
 
 
 def flash_attention(
@@ -204,7 +210,12 @@ def flash_attention_backward(
             dq += tf.matmul(ds, k) * scale  # (b, bq, d)
             grad_keys[j] += tf.matmul(ds, q, transpose_a=True) * scale  # (b, bk, d)
         grad_queries.append(dq)
-    return tuple(tf.concat(g, axis=1) for g in (grad_queries, grad_keys, grad_values))
+    return tuple(
+        _join(g, x[:, :0])
+        for g, x in zip(
+            (grad_queries, grad_keys, grad_values), (queries, keys, values), strict=True
+        )
+    )
 
 
 def attention_logsumexp(queries, keys, mask=None, causal=False, scale=None):

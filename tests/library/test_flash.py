@@ -136,6 +136,22 @@ def test_dtype_follows_the_inputs(fw, dtype, rng):
     np.testing.assert_allclose(to_np(lse), want_lse, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("fw", MODS)
+@pytest.mark.parametrize(("nq", "nk"), [(0, 5), (4, 0), (0, 0)])
+def test_empty_sequences_give_empty_or_masked_results(fw, nq, nk, rng):
+    """No query: empty outputs; no key: every row fully masked (0, -inf)."""
+    q, k, v = (rng.normal(size=(2, n, d)) for n, d in ((nq, 3), (nk, 3), (nk, 2)))
+    c = CONVERT[fw]
+    out, lse = MODS[fw].flash_attention(c(q), c(k), c(v), block_q=2, block_k=2)
+    assert to_np(out).shape == (2, nq, 2) and to_np(lse).shape == (2, nq)
+    assert np.all(to_np(out) == 0) and np.all(to_np(lse) == -np.inf)
+    grads = MODS[fw].flash_attention_backward(
+        c(q), c(k), c(v), out, lse, c(np.ones((2, nq, 2))), block_q=2, block_k=2
+    )
+    assert [to_np(g).shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert all(np.all(to_np(g) == 0) for g in grads)
+
+
 # --- gradients -------------------------------------------------------------------
 
 GRAD_CASES = {  # (nq, nk, mask kind, causal, block_q, block_k)
