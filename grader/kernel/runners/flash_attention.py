@@ -196,8 +196,9 @@ NOT_SKIPPED = (
     "are computed (and masked). In this case the keys and values that no "
     "query of the first {rows} rows may see are NaN: a tile whose FIRST key "
     "comes after the LAST query of its block must be skipped, never read -- "
-    "0 * NaN is NaN even where the mask gives weight 0. (Skipping them is "
-    "what halves the work of causal attention.)"
+    "0 * NaN is NaN even where the mask gives weight 0. Tile with the "
+    "block_q and block_k you are given: the test's blocks decide which tiles "
+    "those are. (Skipping them is what halves the work of causal attention.)"
 )
 
 
