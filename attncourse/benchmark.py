@@ -134,6 +134,7 @@ __all__ = [
     "environment",
     "flops",
     "has_pass",
+    "loglog_slope",
     "make_callables",
     "markdown",
     "measure",
@@ -196,6 +197,11 @@ THREAD_ENV_VARS = (
     "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
 )
+
+
+def loglog_slope(ns, ys):
+    """Exponent p of ys ~ ns^p, fitted by least squares on log-log axes."""
+    return float(np.polyfit(np.log(ns), np.log(ys), 1)[0])
 
 
 def weights_mib(n, heads=HEADS, batch=BATCH, itemsize=4):
