@@ -1,14 +1,8 @@
 """Run nbgrader commands for the course (shared by release and grade_all).
 
-``python -m grader.nbgrader_cli <args>`` is ``nbgrader <args>`` minus a slow import:
-
-jsonschema registers an optional "iri" format check when the package
-``rfc3987_syntax`` is importable; importing that package builds a Lark grammar,
-about 1.3 CPU seconds -- half of nbgrader's start-up, paid by every nbgrader
-command (grade_all runs five, plus one per autograde worker). nbgrader
-validates notebooks against nbformat's schema, which has no "iri" formats, so
-the check is never used: marking the module as absent skips it (jsonschema
-treats it as not installed) and changes nothing else.
+``python -m grader.nbgrader_cli <args>`` is ``nbgrader <args>`` minus a slow
+import (``attncourse._startup``: jsonschema's unused "iri" check, about half
+of nbgrader's start-up, paid by every nbgrader command).
 """
 
 import os
@@ -17,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.modules.setdefault("rfc3987_syntax", None)  # import -> ImportError, skipped
+import attncourse._startup  # noqa: F401  (before nbformat/nbgrader)
 
 ROOT = Path(__file__).resolve().parents[1]
 

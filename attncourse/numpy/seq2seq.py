@@ -150,15 +150,6 @@ def _sub(params, prefix):
     return {k[n:]: v for k, v in params.items() if k.startswith(prefix + ".")}
 
 
-def _linear_init(name, d_in, d_out, bias=True):
-    """PyTorch's nn.Linear default: U(-1/sqrt(d_in), 1/sqrt(d_in))."""
-    bound = 1.0 / math.sqrt(d_in)
-    params = {f"{name}.W": _uniform((d_in, d_out), bound)}
-    if bias:
-        params[f"{name}.b"] = _uniform((d_out,), bound)
-    return params
-
-
 def _linear(x, params, name):
     return x @ params[f"{name}.W"] + params[f"{name}.b"]
 

@@ -100,7 +100,7 @@ def _sub(params, prefix):
     return {k[n:]: v for k, v in params.items() if k.startswith(prefix + ".")}
 
 
-def _residual(x, sublayer, params, name, norm, eps):
+def sublayer_with_residual(x, sublayer, params, name, norm, eps):
     """One sublayer with its residual connection and its norm ``name``."""
     gamma, beta = params[f"{name}.gamma"], params[f"{name}.beta"]
     if norm == "pre":
@@ -110,7 +110,9 @@ def _residual(x, sublayer, params, name, norm, eps):
     return layer_norm(x + out, gamma, beta, eps), weights
 
 
-def _block(x, memory, params, num_heads, norm, activation, mask, memory_mask, eps):
+def block_forward(
+    x, memory, params, num_heads, norm, activation, mask, memory_mask, eps
+):
     """The encoder block (memory None) or decoder block; returns (y, weights)."""
     p = {k: np.asarray(v, dtype=x.dtype) for k, v in params.items()}
 
@@ -127,12 +129,16 @@ def _block(x, memory, params, num_heads, norm, activation, mask, memory_mask, ep
     def ffn(h):
         return feed_forward(h, _sub(p, "ffn"), activation), None
 
-    h, self_weights = _residual(x, attend("attn", None, mask), p, "norm1", norm, eps)
+    h, self_weights = sublayer_with_residual(
+        x, attend("attn", None, mask), p, "norm1", norm, eps
+    )
     if memory is None:
-        y, _ = _residual(h, ffn, p, "norm2", norm, eps)
+        y, _ = sublayer_with_residual(h, ffn, p, "norm2", norm, eps)
         return y, self_weights
-    h, cross = _residual(h, attend("cross", memory, memory_mask), p, "norm2", norm, eps)
-    y, _ = _residual(h, ffn, p, "norm3", norm, eps)
+    h, cross = sublayer_with_residual(
+        h, attend("cross", memory, memory_mask), p, "norm2", norm, eps
+    )
+    y, _ = sublayer_with_residual(h, ffn, p, "norm3", norm, eps)
     return y, self_weights, cross
 
 
@@ -149,7 +155,7 @@ def transformer_block(
     x = np.asarray(x)
     mask = None if mask is None else np.asarray(mask)
     checks.block_inputs(x, params, num_heads, norm, activation, mask)
-    return _block(x, None, params, num_heads, norm, activation, mask, None, eps)
+    return block_forward(x, None, params, num_heads, norm, activation, mask, None, eps)
 
 
 def decoder_block(
@@ -175,7 +181,7 @@ def decoder_block(
     checks.block_inputs(x, params, num_heads, norm, activation, mask, memory)
     if memory_mask is not None:
         checks.check_mask_rank(memory_mask.shape, checks.dtype_name(memory_mask))
-    return _block(
+    return block_forward(
         x, memory, params, num_heads, norm, activation, mask, memory_mask, eps
     )
 

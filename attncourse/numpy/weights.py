@@ -219,6 +219,8 @@ def gru_params_from_torch(state_dict: dict) -> dict:
     hidden = sd["weight_hh_l0"].shape[1]
     checks.check_weight("weight_ih_l0", sd["weight_ih_l0"].shape, (3 * hidden, None))
     checks.check_weight("weight_hh_l0", sd["weight_hh_l0"].shape, (3 * hidden, hidden))
+    for name in ("bias_ih_l0", "bias_hh_l0"):
+        checks.check_weight(name, sd[name].shape, (3 * hidden,))
     params = {}
     for i, g in enumerate(GRU_GATES):
         rows = slice(i * hidden, (i + 1) * hidden)

@@ -41,7 +41,7 @@ def sliding_window_mask(num_queries, window, num_keys=None, causal=True):
     return tf.abs(offset) < window
 
 
-def _band(x, window, causal):
+def key_band(x, window, causal):
     """x (..., n, d) -> the band (..., n, width, d) with band[..., i, w, :] =
     x[..., i - window + 1 + w, :] (zeros outside 0..n-1), width = window
     (causal) or 2 window - 1, by framing the padded rows (tf.signal.frame);
@@ -54,10 +54,10 @@ def _band(x, window, causal):
     return band, tf.constant((keys >= 0) & (keys < n))
 
 
-def _sliding_window(q, k, v, window, causal, scale):
+def banded_attention(q, k, v, window, causal, scale):
     """The banded computation on (..., n, d) tensors (no checks)."""
-    k_band, real = _band(k, window, causal)  # (..., n, width, d), (n, width)
-    v_band, _ = _band(v, window, causal)  # (..., n, width, d_v)
+    k_band, real = key_band(k, window, causal)  # (..., n, width, d), (n, width)
+    v_band, _ = key_band(v, window, causal)  # (..., n, width, d_v)
     scores = tf.einsum("...nd,...nwd->...nw", q, k_band) * scale  # (..., n, width)
     weights = masked_softmax(scores, real)  # (..., n, width)
     return tf.einsum("...nw,...nwd->...nd", weights, v_band), weights
@@ -77,7 +77,7 @@ def sliding_window_attention(queries, keys, values, window, causal=True, scale=N
     queries, keys, values = (tf.convert_to_tensor(x) for x in (queries, keys, values))
     checks.sliding_window_inputs(queries, keys, values, window, causal)
     scale = 1.0 / math.sqrt(queries.shape[-1]) if scale is None else scale
-    return _sliding_window(queries, keys, values, int(window), causal, scale)
+    return banded_attention(queries, keys, values, int(window), causal, scale)
 
 
 def elu_feature_map(x):
@@ -97,7 +97,7 @@ def _features(feature_map, **inputs):
     return features.values()
 
 
-def _linear(fq, fk, v, causal, eps):
+def linear_attention_on_features(fq, fk, v, causal, eps):
     """Linear attention from the features phi(q), phi(k) (..., n, r)."""
     if causal:  # prefix sums: S_i = sum_{j<=i} phi(k_j) v_j^T, z_i likewise
         outer = fk[..., :, None] * v[..., None, :]  # (..., n, r, d_v)
@@ -126,7 +126,7 @@ def linear_attention(queries, keys, values, causal=False, feature_map=None, eps=
     queries, keys, values = (tf.convert_to_tensor(x) for x in (queries, keys, values))
     checks.linear_attention_inputs(queries, keys, values, causal, feature_map, eps)
     fq, fk = _features(feature_map, queries=queries, keys=keys)  # (b, n, r)
-    return _linear(fq, fk, values, causal, eps)
+    return linear_attention_on_features(fq, fk, values, causal, eps)
 
 
 def linear_attention_step(

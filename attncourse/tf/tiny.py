@@ -23,7 +23,7 @@ from attncourse.numpy.tiny import _initial_value, tiny_param_shapes
 from . import positional
 from .masking import causal_mask, masked_softmax
 from .multihead import merge_heads, split_heads
-from .sparse import _linear, _sliding_window, elu_feature_map
+from .sparse import banded_attention, elu_feature_map, linear_attention_on_features
 
 __all__ = [
     "TinyTransformer",
@@ -43,7 +43,7 @@ def _layer_norm(x, p, prefix, eps=1e-5):
     return (x - mean) / tf.sqrt(var + eps) * p[prefix + "gamma"] + p[prefix + "beta"]
 
 
-def _attention(x, p, pre, num_heads, positions, head_mask, attention, window):
+def attention_sublayer(x, p, pre, num_heads, positions, head_mask, attention, window):
     """Causal multi-head self-attention of one layer; returns (out, weights):
     softmax weights (batch, heads, n, n), the band (batch, heads, n, window)
     for "window", None for "linear" (it forms no weights)."""
@@ -56,9 +56,11 @@ def _attention(x, p, pre, num_heads, positions, head_mask, attention, window):
         q, k = positional.apply_rope(q), positional.apply_rope(k)
     if attention == "window":  # the band of the last `window` keys
         scale = 1.0 / math.sqrt(q.shape[-1])
-        heads, weights = _sliding_window(q, k, v, window, True, scale)
+        heads, weights = banded_attention(q, k, v, window, True, scale)
     elif attention == "linear":  # elu + 1 features, a running state
-        heads = _linear(elu_feature_map(q), elu_feature_map(k), v, True, 1e-6)
+        heads = linear_attention_on_features(
+            elu_feature_map(q), elu_feature_map(k), v, True, 1e-6
+        )
         weights = None
     else:  # softmax over the (n, n) causal scores
         scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])
@@ -111,7 +113,7 @@ def tiny_transformer(
     for layer in range(num_layers):
         pre = f"layer{layer}."
         mask = None if head_mask is None else head_mask[layer]
-        out, weights = _attention(
+        out, weights = attention_sublayer(
             norm(x, pre + "norm1."),
             p,
             pre + "attn.",

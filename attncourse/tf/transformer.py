@@ -92,7 +92,7 @@ def _attention(queries, keys, params, num_heads, mask, drop):
     return _project(merge_heads(heads), params, "o"), weights
 
 
-def _residual(x, sublayer, params, name, norm, eps):
+def sublayer_with_residual(x, sublayer, params, name, norm, eps):
     """One sublayer with its residual connection and its norm ``name``."""
     gamma, beta = params[f"{name}.gamma"], params[f"{name}.beta"]
     if norm == "pre":
@@ -102,7 +102,7 @@ def _residual(x, sublayer, params, name, norm, eps):
     return layer_norm(x + out, gamma, beta, eps), weights
 
 
-def _block(
+def block_forward(
     x, memory, params, num_heads, norm, activation, mask, memory_mask, eps, drop=None
 ):
     """The encoder block (memory None) or decoder block."""
@@ -116,12 +116,16 @@ def _block(
     def ffn(h):
         return feed_forward(h, _sub(p, "ffn"), activation), None
 
-    h, self_weights = _residual(x, attend("attn", None, mask), p, "norm1", norm, eps)
+    h, self_weights = sublayer_with_residual(
+        x, attend("attn", None, mask), p, "norm1", norm, eps
+    )
     if memory is None:
-        y, _ = _residual(h, ffn, p, "norm2", norm, eps)
+        y, _ = sublayer_with_residual(h, ffn, p, "norm2", norm, eps)
         return y, self_weights
-    h, cross = _residual(h, attend("cross", memory, memory_mask), p, "norm2", norm, eps)
-    y, _ = _residual(h, ffn, p, "norm3", norm, eps)
+    h, cross = sublayer_with_residual(
+        h, attend("cross", memory, memory_mask), p, "norm2", norm, eps
+    )
+    y, _ = sublayer_with_residual(h, ffn, p, "norm3", norm, eps)
     return y, self_weights, cross
 
 
@@ -136,7 +140,7 @@ def transformer_block(
     Returns (outputs (batch, n, d_model), weights (batch, num_heads, n, n))."""
     x, mask = tf.convert_to_tensor(x), _mask(mask)
     checks.block_inputs(x, params, num_heads, norm, activation, mask)
-    return _block(x, None, params, num_heads, norm, activation, mask, None, eps)
+    return block_forward(x, None, params, num_heads, norm, activation, mask, None, eps)
 
 
 def decoder_block(
@@ -160,7 +164,7 @@ def decoder_block(
         checks.check_mask_rank(
             checks.shape_of(memory_mask), checks.dtype_name(memory_mask)
         )
-    return _block(
+    return block_forward(
         x, memory, params, num_heads, norm, activation, mask, memory_mask, eps
     )
 
@@ -294,7 +298,7 @@ class TransformerBlock(_Block):
         checks.block_inputs(
             x, self.params, self.num_heads, self.norm, self.activation, mask
         )
-        out, weights = _block(
+        out, weights = block_forward(
             x,
             None,
             self.params,
@@ -358,7 +362,7 @@ class DecoderBlock(_Block):
             checks.check_mask_rank(
                 checks.shape_of(memory_mask), checks.dtype_name(memory_mask)
             )
-        out, self_w, cross_w = _block(
+        out, self_w, cross_w = block_forward(
             x,
             memory,
             self.params,

@@ -94,7 +94,7 @@ def _attention(queries, keys, params, num_heads, mask, drop):
     return _project(merge_heads(heads), params, "o"), weights
 
 
-def _residual(x, sublayer, params, name, norm, eps):
+def sublayer_with_residual(x, sublayer, params, name, norm, eps):
     """One sublayer with its residual connection and its norm ``name``."""
     gamma, beta = params[f"{name}.gamma"], params[f"{name}.beta"]
     if norm == "pre":
@@ -104,7 +104,7 @@ def _residual(x, sublayer, params, name, norm, eps):
     return layer_norm(x + out, gamma, beta, eps), weights
 
 
-def _block(
+def block_forward(
     x, memory, params, num_heads, norm, activation, mask, memory_mask, eps, drop=None
 ):
     """The encoder block (memory None) or decoder block."""
@@ -118,12 +118,16 @@ def _block(
     def ffn(h):
         return feed_forward(h, _sub(p, "ffn"), activation), None
 
-    h, self_weights = _residual(x, attend("attn", None, mask), p, "norm1", norm, eps)
+    h, self_weights = sublayer_with_residual(
+        x, attend("attn", None, mask), p, "norm1", norm, eps
+    )
     if memory is None:
-        y, _ = _residual(h, ffn, p, "norm2", norm, eps)
+        y, _ = sublayer_with_residual(h, ffn, p, "norm2", norm, eps)
         return y, self_weights
-    h, cross = _residual(h, attend("cross", memory, memory_mask), p, "norm2", norm, eps)
-    y, _ = _residual(h, ffn, p, "norm3", norm, eps)
+    h, cross = sublayer_with_residual(
+        h, attend("cross", memory, memory_mask), p, "norm2", norm, eps
+    )
+    y, _ = sublayer_with_residual(h, ffn, p, "norm3", norm, eps)
     return y, self_weights, cross
 
 
@@ -139,7 +143,7 @@ def transformer_block(
     x = torch.as_tensor(x)
     mask = _mask(mask, x.device)
     checks.block_inputs(x, params, num_heads, norm, activation, mask)
-    return _block(x, None, params, num_heads, norm, activation, mask, None, eps)
+    return block_forward(x, None, params, num_heads, norm, activation, mask, None, eps)
 
 
 def decoder_block(
@@ -163,7 +167,7 @@ def decoder_block(
         checks.check_mask_rank(
             checks.shape_of(memory_mask), checks.dtype_name(memory_mask)
         )
-    return _block(
+    return block_forward(
         x, memory, params, num_heads, norm, activation, mask, memory_mask, eps
     )
 
@@ -265,7 +269,7 @@ class TransformerBlock(_Block):
         mask = _with_causal(_mask(mask, x.device), x.shape[1], self.causal, x.device)
         params = self.params
         checks.block_inputs(x, params, self.num_heads, self.norm, self.activation, mask)
-        out, weights = _block(
+        out, weights = block_forward(
             x,
             None,
             params,
@@ -318,7 +322,7 @@ class DecoderBlock(_Block):
             checks.check_mask_rank(
                 checks.shape_of(memory_mask), checks.dtype_name(memory_mask)
             )
-        out, self_w, cross_w = _block(
+        out, self_w, cross_w = block_forward(
             x,
             memory,
             params,

@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-# jsonschema (via nbformat) imports rfc3987_syntax for an "iri" format check
-# that notebooks never use; building its grammar costs ~1.3 CPU seconds.
-sys.modules.setdefault("rfc3987_syntax", None)
+import attncourse._startup  # noqa: F401  (skips a slow unused import)
+
+# isort: split
 
 import yaml  # noqa: E402
 from jupyter_cache import get_cache  # noqa: E402

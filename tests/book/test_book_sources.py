@@ -49,21 +49,88 @@ def parse_cell(code: str) -> ast.Module:
     return ast.parse("\n".join(ln for ln in lines if not ln.startswith(("%", "!"))))
 
 
+def _body(node) -> str:
+    """A function's or class's body as an AST dump, its docstring left out."""
+    body = node.body
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+    ):
+        body = body[1:]
+    return "\n".join(ast.dump(stmt) for stmt in body)
+
+
+def _library_definitions() -> tuple[set, dict]:
+    """(names a chapter must not reuse, body dump -> where the library has it).
+
+    The names: the NumPy reference's public API and the chapter helpers of
+    attncourse.notebook and attncourse.plotting (max_diff, tilt_key_labels...).
+    The bodies: every function and class of the package, private ones too, so
+    a copy under another name is found as well."""
+    names = set(anp.__all__)
+    bodies = {}
+    for path in sorted((ROOT / "attncourse").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                helper = path.stem in ("notebook", "plotting") and node in tree.body
+                if helper and not node.name.startswith("_"):
+                    names.add(node.name)
+                if len(node.body) > 1 or not isinstance(node.body[0], ast.Pass):
+                    where = f"{path.relative_to(ROOT)}:{node.name}"
+                    bodies.setdefault(_body(node), where)
+    return names, bodies
+
+
+LIBRARY_NAMES, LIBRARY_BODIES = _library_definitions()
+
+
+def _chapter_definitions(code: str):
+    tree = parse_cell(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            yield node
+
+
 @pytest.mark.parametrize("doc", chapters())
 def test_chapter_does_not_redefine_library_code(doc):
-    """One source of truth: chapters show library code, they do not copy it."""
-    library = set(anp.__all__)
+    """One source of truth: chapters show library code, they do not copy it --
+    neither under the library's name nor under another one."""
     for _, code in code_cells(source_path(doc)):
-        tree = parse_cell(code)
-        defined = {
-            node.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef | ast.ClassDef)
-        }
-        assert not defined & library, (
-            f"{doc} defines {sorted(defined & library)}, which the attncourse "
-            f"package already has; show it with show_source() instead"
-        )
+        for node in _chapter_definitions(code):
+            assert node.name not in LIBRARY_NAMES, (
+                f"{doc} defines {node.name}, which the attncourse package "
+                f"already has; show it with show_source() instead"
+            )
+            copied = LIBRARY_BODIES.get(_body(node))
+            assert copied is None or len(node.body) < 2, (
+                f"{doc} defines {node.name} with the body of {copied}; "
+                f"import it (or show it with show_source()) instead"
+            )
+
+
+def test_the_copy_check_sees_a_renamed_copy():
+    source = ROOT / "attncourse" / "notebook.py"
+    tree = ast.parse(source.read_text())
+    max_diff = next(n for n in tree.body if getattr(n, "name", "") == "max_diff")
+    renamed = ast.unparse(max_diff).replace("def max_diff", "def biggest_gap", 1)
+    node = next(_chapter_definitions(renamed))
+    assert LIBRARY_BODIES.get(_body(node)) == "attncourse/notebook.py:max_diff"
+    assert "max_diff" in LIBRARY_NAMES and "tilt_key_labels" in LIBRARY_NAMES
+
+
+SHOWN = re.compile(r"show_source\(\s*([\w.]+)")
+
+
+@pytest.mark.parametrize("doc", chapters())
+def test_shown_code_is_public(doc):
+    """The book shows the library's public functions, never a private helper
+    (a named step the reader should see gets a public name)."""
+    for _, code in code_cells(source_path(doc)):
+        for target in SHOWN.findall(code):
+            private = [part for part in target.split(".") if part.startswith("_")]
+            assert not private, f"{doc} shows the private {target}"
 
 
 def test_no_committed_notebook_has_outputs():

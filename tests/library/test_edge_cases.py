@@ -280,7 +280,7 @@ def test_numpy_gru_conversions_return_float64_and_name_the_bad_weight(rng):
         anp.gru_params_from_keras(kernel, recurrent[:, :-1], bias)
     with pytest.raises(ValueError, match="^weight bias must"):
         anp.gru_params_from_keras(kernel, recurrent, bias[:1])
-    for name in ("weight_ih_l0", "weight_hh_l0"):
+    for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
         bad = {**state, name: state[name][:-1]}
         with pytest.raises(ValueError, match=f"^weight {name} must"):
             anp.gru_params_from_torch(bad)
