@@ -181,6 +181,7 @@ class GuardedExecute(Execute):
         self.tmp = Path(tempfile.mkdtemp(prefix="attn-grade-"))
         os.chmod(self.tmp, 0o711)
         self._kill_reason = None
+        self._iopub_watch = None  # sandbox.watch_disconnects of the kernel's iopub
         self._replaying = False
         self._out_chars = self._ours_chars = 0
         self._truncated = set()
@@ -276,6 +277,7 @@ class GuardedExecute(Execute):
         try:
             self.start_new_kernel(cwd=str(rundir))
             self.start_new_kernel_client()
+            self._iopub_watch = sandbox.watch_disconnects(self.kc.iopub_channel.socket)
             self.wait_for_reply(self.kc.kernel_info())
             self.events.time("kernel_start", monotonic() - began)
         except Exception as exc:  # noqa: BLE001
@@ -287,6 +289,10 @@ class GuardedExecute(Execute):
         return True
 
     def _stop(self):
+        watch = getattr(self, "_iopub_watch", None)
+        if watch is not None:
+            watch.close()
+            self._iopub_watch = None
         km = getattr(self, "km", None)
         began = monotonic()
         if km is not None:
@@ -377,6 +383,31 @@ class GuardedExecute(Execute):
         return f"the kernel exited with code {rc} (os._exit, or a fatal error)"
 
     # -- cells -------------------------------------------------------------
+    def _connection_dropped(self) -> bool:
+        """Whether the kernel's iopub connection was dropped since last asked."""
+        watch = self._iopub_watch
+        return watch is not None and watch()
+
+    def _message_refused(self, cell, index) -> str:
+        """The kernel sent a message frame over the sockets' size limit:
+        ZeroMQ refused it unread and dropped the connection, so what the cell
+        sent after it is lost too. Flagged, the kernel restarted."""
+        size = f"{self.km.max_message_size / sandbox.MiB:g} MiB"
+        cell.outputs.append(
+            error_output(
+                "OutputLimit",
+                f"this cell sent one message larger than {size}; the grader "
+                f"refused it unread, restarted the kernel and went on",
+            )
+        )
+        self.events.flag(
+            "output-limit",
+            f"{label(cell, index)}: a message over {size} was refused unread "
+            f"(the connection to the kernel was dropped); kernel restarted",
+        )
+        self.status[index] = "timeout"
+        return "timeout"
+
     def _run_cell(self, cell, index) -> str:
         self._out_chars = self._ours_chars = 0
         self._truncated = set()
@@ -400,6 +431,8 @@ class GuardedExecute(Execute):
             self.status[index] = "crashed"
             return "crashed"
         except CellTimeoutError:
+            if self._connection_dropped():
+                return self._message_refused(cell, index)
             limit = self._get_timeout(cell)
             others = self.km.process_count() if self.km is not None else 0
             if others:
@@ -428,6 +461,9 @@ class GuardedExecute(Execute):
             self._current = None
             self.events.time("cells", monotonic() - began)
         self.status[index] = "ran"
+        if self._connection_dropped():
+            self._message_refused(cell, index)  # the cell ended all the same
+            self.status[index] = "ran"
         if self._timed_out(cell):
             self.events.flag(
                 "timeout",

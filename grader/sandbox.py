@@ -137,6 +137,7 @@ class Limits:
     open_files: int = 1024  # RLIMIT_NOFILE
     tmpfs: int = 64 * MiB  # size of each tmpfs ($HOME, /tmp, /dev/shm)
     sockets: int = 1 * MiB  # size of the socket folder's tmpfs
+    message: int = 32 * MiB  # largest message frame the grader accepts (ZeroMQ)
 
     def rlimits(self) -> dict:
         return {
@@ -421,6 +422,46 @@ def _bootstrap_config(limits: Limits, sandboxed: bool = True, uid=None) -> dict:
     return cfg
 
 
+def limit_messages(context, size: int) -> None:
+    """Every socket ``context`` makes from now on refuses frames over ``size``
+    bytes (ZeroMQ's MAXMSGSIZE, checked before the frame is read; 0: none)."""
+    if size > 0:
+        import zmq
+
+        context.setsockopt(zmq.MAXMSGSIZE, size)
+
+
+def watch_disconnects(socket):
+    """A function that says whether ``socket`` lost a peer since it was last
+    asked (ZeroMQ drops a peer that sends a frame over MAXMSGSIZE). It never
+    blocks; None where the socket cannot be monitored."""
+    import zmq
+    from zmq.utils.monitor import parse_monitor_message
+
+    try:
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        events = zmq.Socket.shadow(monitor.underlying)  # polled synchronously
+    except zmq.ZMQError:
+        return None
+
+    def dropped() -> bool:
+        seen = False
+        while events.poll(0):
+            message = parse_monitor_message(events.recv_multipart())
+            seen = seen or message["event"] == zmq.EVENT_DISCONNECTED
+        return seen
+
+    def close() -> None:
+        try:
+            socket.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        monitor.close(linger=0)
+
+    dropped.close = close
+    return dropped
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A KernelManager that runs the kernel in bubblewrap (see the module doc).
 
@@ -465,6 +506,12 @@ class SandboxedKernelManager(AsyncKernelManager):
         config=True
     )
     extra_env = Dict(help="more environment variables for the kernel").tag(config=True)
+    max_message_size = Integer(
+        Limits.message,
+        help="largest message frame (bytes) the grader's sockets accept from the "
+        "kernel; ZeroMQ drops the connection of a peer that sends more, before "
+        "reading it (0: no limit)",
+    ).tag(config=True)
     sandbox_uid = Integer(
         -1,
         help="uid of the kernel when the grader runs as root "
@@ -485,6 +532,18 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.connection_file = str(self.rundir / "kernel.json")
         self.watchdog: Watchdog | None = None
         self.owner = self.rundir.name  # who is graded (for the log)
+        limit_messages(self.context, self.max_message_size)  # the control socket
+
+    def client(self, **kwargs):
+        """A kernel client whose sockets refuse frames over ``max_message_size``.
+
+        Without the limit one message of the kernel's (a 200 MB print) is read
+        whole into the grader before any output cap looks at it. ZeroMQ checks
+        the declared size first and drops the connection instead: the cell
+        then runs into its time limit, the grader keeps its memory."""
+        kc = super().client(**kwargs)
+        limit_messages(kc.context, self.max_message_size)
+        return kc
 
     @observe("sandbox")
     def _sandbox_changed(self, change):
@@ -500,6 +559,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             tmpfs=self.tmpfs_size,
             total_memory=self.total_memory_limit,
             sockets=self.socket_tmpfs_size,
+            message=self.max_message_size,
         )
 
     @property

@@ -371,3 +371,29 @@ def test_the_light_kernel_reaches_the_sandbox_through_its_proc_root(light_kernel
         kc.stop_channels()
         run_sync(km.shutdown_kernel)(now=True)
     assert not km.watchdog.is_alive()
+
+
+BIG_PRINT = "print('x' * (64 * 2**20))  # one 64 MiB stream message"
+
+
+def test_a_message_over_the_size_limit_is_refused_unread(light_kernels, tmp_path):
+    """One huge message used to be read whole into the grader (a worker peaked
+    at 1.9 GB on 20 of 200 MB). The grader's sockets refuse a frame over
+    ``max_message_size`` (32 MiB) before reading it; the cell is flagged, the
+    kernel restarted and the earlier cells replayed."""
+    outs, log, resources = guarded(tmp_path, ["x = 41", BIG_PRINT, "print('after', x)"])
+    assert "larger than 32 MiB" in outs[1] and "xxxx" not in outs[1], outs[1][:200]
+    assert "after 41" in outs[2]
+    assert set(log["flags"]) == {"output-limit"}, log
+    assert "refused unread" in log["flags"]["output-limit"][0]
+    assert resources["attncourse"]["status"] == {0: "ran", 1: "timeout", 2: "ran"}
+
+
+def test_without_the_size_limit_the_huge_message_is_read(light_kernels, tmp_path):
+    """The control: with the limit off, the same message reaches the grader
+    (and only the output cap trims it), so the test above sees the limit."""
+    outs, log, _ = guarded(
+        tmp_path, ["x = 41", BIG_PRINT, "print('after', x)"], max_message_size=0
+    )
+    assert outs[1].startswith("xxxx") and "after 41" in outs[2], outs[1][:200]
+    assert "refused unread" not in " ".join(log["flags"].get("output-limit", []))
