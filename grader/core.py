@@ -180,66 +180,85 @@ def _pattern(obs, exp, key, hidden=None) -> list[str]:
     def close(a, b):
         return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
 
-    facts = []
     bad = np.abs(obs - exp) > atol + rtol * np.abs(exp)
     axes = _axes(key, obs.ndim)
+    facts = _where(bad, axes) if axes is not None else []
+    facts += _scale_facts(obs, exp, atol, close)
     if axes is not None:
-        facts += _where(bad, axes)
+        facts += _order_facts(obs, exp, axes, close)
+    if hidden is not None and bad.any():
+        facts += _mask_facts(bad, hidden)
+    if key == "weights" and obs.ndim >= 2:
+        facts += _row_sum_facts(obs, exp)
+    return facts
+
+
+def _scale_facts(obs, exp, atol, close) -> list[str]:
+    """A constant factor or a constant offset between the two."""
     norm = float(np.sum(exp * exp))
     factor = float(np.sum(obs * exp)) / norm if norm > 0 else 1.0
     shift = float(np.mean(obs - exp))
     if abs(factor - 1) > 1e-2 and close(obs, factor * exp):
-        facts.append(
+        return [
             f"a constant factor: every entry is about {factor:.2g} "
             f"times the expected one"
-        )
-    elif abs(shift) > atol and close(obs, exp + shift):
-        facts.append("a constant offset: every entry is shifted by the same amount")
-    if axes is not None:
-        for axis, (_, many) in enumerate(axes):
-            if obs.shape[axis] < 2 or many == _FEATURE[1]:
-                continue
-            perm = _permutation(obs, exp, axis, close)
-            if perm is not None and perm != list(range(len(perm))):
-                order = (
-                    "in reverse order"
-                    if perm == list(range(len(perm)))[::-1]
-                    else "in a different order (a permutation)"
-                )
-                facts.append(f"the {many} are right but {order}")
-        for a in range(obs.ndim):
-            for b in range(a + 1, obs.ndim):
-                if obs.shape[a] == obs.shape[b] > 1 and close(
-                    obs, np.swapaxes(exp, a, b)
-                ):
-                    facts.append(
-                        f"the {axes[a][1]} and {axes[b][1]} axes are "
-                        f"swapped (a transpose of the expected result)"
-                    )
-    if hidden is not None and bad.any():
-        try:
-            masked = np.broadcast_to(np.asarray(hidden, dtype=bool), bad.shape)
-        except ValueError:
-            masked = None
-        if masked is not None and masked.any() and not masked.all():
-            if not (bad & ~masked).any():
-                facts.append(
-                    "only at masked positions (attention_mask False): "
-                    "they must get weight 0"
-                )
-            elif not (bad & masked).any():
-                facts.append(
-                    "only at positions the mask allows (the masked ones are right)"
-                )
-    if key == "weights" and obs.ndim >= 2:
-        exp_sums, obs_sums = exp.sum(axis=-1), obs.sum(axis=-1)
-        off = (np.abs(exp_sums - 1) < 1e-6) & (np.abs(obs_sums - 1) > 1e-3)
-        if off.any():
-            facts.append(
-                f"{int(off.sum())} of {off.size} rows of weights do not "
-                f"sum to 1 over the keys"
+        ]
+    if abs(shift) > atol and close(obs, exp + shift):
+        return ["a constant offset: every entry is shifted by the same amount"]
+    return []
+
+
+def _order_facts(obs, exp, axes, close) -> list[str]:
+    """Heads or rows permuted along one axis; two axes swapped."""
+    facts = []
+    for axis, (_, many) in enumerate(axes):
+        if obs.shape[axis] < 2 or many == _FEATURE[1]:
+            continue
+        perm = _permutation(obs, exp, axis, close)
+        if perm is not None and perm != list(range(len(perm))):
+            order = (
+                "in reverse order"
+                if perm == list(range(len(perm)))[::-1]
+                else "in a different order (a permutation)"
             )
+            facts.append(f"the {many} are right but {order}")
+    for a in range(obs.ndim):
+        for b in range(a + 1, obs.ndim):
+            swapped = obs.shape[a] == obs.shape[b] > 1
+            if swapped and close(obs, np.swapaxes(exp, a, b)):
+                facts.append(
+                    f"the {axes[a][1]} and {axes[b][1]} axes are "
+                    f"swapped (a transpose of the expected result)"
+                )
     return facts
+
+
+def _mask_facts(bad, hidden) -> list[str]:
+    """Wrong only where the mask hides, or only where it allows."""
+    try:
+        masked = np.broadcast_to(np.asarray(hidden, dtype=bool), bad.shape)
+    except ValueError:
+        return []
+    if not masked.any() or masked.all():
+        return []
+    if not (bad & ~masked).any():
+        return [
+            "only at masked positions (attention_mask False): they must get weight 0"
+        ]
+    if not (bad & masked).any():
+        return ["only at positions the mask allows (the masked ones are right)"]
+    return []
+
+
+def _row_sum_facts(obs, exp) -> list[str]:
+    """Rows of attention weights that do not sum to 1 (where they should)."""
+    exp_sums, obs_sums = exp.sum(axis=-1), obs.sum(axis=-1)
+    off = (np.abs(exp_sums - 1) < 1e-6) & (np.abs(obs_sums - 1) > 1e-3)
+    if not off.any():
+        return []
+    return [
+        f"{int(off.sum())} of {off.size} rows of weights do not sum to 1 over the keys"
+    ]
 
 
 def _label(key: str) -> str:
