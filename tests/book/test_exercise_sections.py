@@ -35,12 +35,7 @@ sect = importlib.import_module("assignment_section")  # book/_ext: see support.b
 NOT_CHAPTERS = {"book/index", "book/exercises", "book/glossary"}
 # Chapters whose assignment does not exist yet: their Exercise section must say
 # plainly that it is not graded. Remove a slug once solutions/<slug>/ exists.
-UNGRADED = {
-    "attention-cost": "measuring is practised, not graded; the part's assignment "
-    "is flash-attention",
-    "sparse-linear-attention": "practice only; the part's assignment is "
-    "flash-attention",
-}
+UNGRADED: dict[str, str] = {}  # slug -> why it has no assignment (none now)
 EXTRA_OK = re.compile(r"not graded|^glossary", re.I)  # other admonitions allowed
 CHECK_CALL = re.compile(r'check\("([\w-]+)", "(\w+)", "(tf|torch)"\)')
 
@@ -205,7 +200,7 @@ def test_section_check_rejects_what_a_chapter_must_not_say():
     )
     assert section_problems("addressing", promise)
     ungraded_but_silent = "# T\n\n## Exercise\n\nWrite streaming attention.\n"
-    assert section_problems("attention-cost", ungraded_but_silent)
+    assert section_problems("attention-cost", ungraded_but_silent)  # graded
     # headings inside a code cell neither start nor end the section
     cell = "```{code-cell} ipython3\n# a comment\n## Exercise\n```\n\n"
     early = ok.replace("## Exercise", cell + "## Exercise")

@@ -106,6 +106,20 @@ def test_cap_lowers_the_soft_limit_and_restores_it():
     assert limits() == before
 
 
+def test_a_limit_raised_inside_the_call_is_refused_and_restored():
+    """A solution that lifts the memory case's soft limit back to the hard one
+    (to build the table after all) fails the case, named; the limit is put
+    back. (The provenance scan flags resource.setrlimit / prlimit as well.)"""
+    before = limits()
+    with (
+        pytest.raises(GradingError, match="memory limit of this case was changed"),
+        runner.address_space_cap(),
+    ):
+        resource.setrlimit(resource.RLIMIT_AS, before)
+    assert limits() == before
+    assert {"resource.setrlimit", "resource.prlimit"} <= set(task.FORBIDDEN)
+
+
 def test_cap_never_raises_a_tighter_limit():
     before = limits()
     tight = runner.mapped_bytes() + runner.HEADROOM // 2

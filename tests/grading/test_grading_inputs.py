@@ -800,7 +800,9 @@ def test_dynamic_access_is_flagged(code, expected):
         "tiny-transformer",
         "positions",
         "kv-cache",
+        "attention-cost",
         "flash-attention",
+        "sparse-linear-attention",
     ],
 )
 def test_honest_solutions_are_not_flagged(assignment):

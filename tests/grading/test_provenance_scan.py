@@ -26,10 +26,12 @@ from grader import events as ev
 from grader import notebooks as nbs
 from grader import provenance, staging
 from grader.assignments import (
+    attention_cost,
     flash_attention,
     kv_cache,
     multi_head_attention,
     positions,
+    sparse_linear_attention,
     transformer_block,
 )
 
@@ -49,10 +51,20 @@ TARGETS = {
     ),
     "positions": (positions.FORBIDDEN, "attncourse.torch", "apply_rope"),
     "kv-cache": (kv_cache.FORBIDDEN, "attncourse.torch", "decode_step"),
+    "attention-cost": (
+        attention_cost.FORBIDDEN,
+        "attncourse.torch",
+        "scaled_dot_product_attention",
+    ),
     "flash-attention": (
         flash_attention.FORBIDDEN,
         "attncourse.torch",
         "flash_attention",
+    ),
+    "sparse-linear-attention": (
+        sparse_linear_attention.FORBIDDEN,
+        "attncourse.torch",
+        "sliding_window_attention",
     ),
     "multi-head-attention": (
         multi_head_attention.FORBIDDEN,

@@ -20,7 +20,9 @@ MODULES = {
     "tiny-transformer": "tiny_transformer",
     "positions": "positions",
     "kv-cache": "kv_cache",
+    "attention-cost": "attention_cost",
     "flash-attention": "flash_attention",
+    "sparse-linear-attention": "sparse_linear_attention",
 }
 
 

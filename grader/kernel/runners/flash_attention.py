@@ -119,7 +119,14 @@ def address_space_cap(headroom: int = HEADROOM):
     try:
         yield cap - (used or 0)  # what the block may still map
     finally:
+        now = resource.getrlimit(resource.RLIMIT_AS)[0]
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if now != cap:  # the student's code changed the limit of the memory case
+        raise GradingError(
+            "the memory limit of this case was changed during your call "
+            "(resource.setrlimit or prlimit); the case measures memory under "
+            "the grader's limit: leave it as it is"
+        )
 
 
 def out_of_memory(exc: BaseException) -> bool:
