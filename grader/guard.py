@@ -176,6 +176,7 @@ class GuardedExecute(Execute):
         ctx["status"] = self.status = {}
         ctx["stream"] = self.stream = {}  # cell index -> what the grader saw
         ctx["touched"] = self._touched = {}  # cell index -> display updates
+        ctx["spawned"] = self._spawned = {}  # test cell -> processes it started
         self._current, self._by_msg = None, {}
         self._runs, self._kernel_interrupted = 0, False
         self.tmp = Path(tempfile.mkdtemp(prefix="attn-grade-"))
@@ -414,6 +415,8 @@ class GuardedExecute(Execute):
         by_deadline = self._remaining() < (self.timeout or 10**9)
         began = monotonic()
         self._begin(index, replay=False)
+        watch = self.km.watchdog if is_grade(cell) else None
+        before = watch.mark() if watch is not None else 0
         try:
             self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
@@ -460,6 +463,8 @@ class GuardedExecute(Execute):
         finally:
             self._current = None
             self.events.time("cells", monotonic() - began)
+            if watch is not None and watch.most_processes > before:
+                self._spawned[index] = watch.most_processes - before
         self.status[index] = "ran"
         if self._connection_dropped():
             self._message_refused(cell, index)  # the cell ended all the same

@@ -874,6 +874,7 @@ class Watchdog(threading.Thread):
         self.reported = False  # its summary was logged
         self.peak_memory = self.peak_processes = 0
         self.peak_sockets = (0, 0)
+        self.most_processes = 0  # the most it saw since the last mark()
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
@@ -900,11 +901,17 @@ class Watchdog(threading.Thread):
             return []
         return [self.top, *descendants(process_tree(), self.top)]
 
+    def mark(self) -> int:
+        """Start counting afresh: how many processes the sandbox holds now."""
+        self.most_processes = count = len(self.pids())
+        return count
+
     def look(self) -> tuple[str, str] | None:
         pids = self.pids()
         if not pids:
             self._stop_event.set()
             return None
+        self.most_processes = max(self.most_processes, len(pids))
         used = memory_use(pids, self.limit)
         if used > self.peak_memory:
             self.peak_memory, self.peak_processes = used, len(pids)

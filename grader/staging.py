@@ -100,8 +100,10 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 SUSPICIOUS = {
     "exits the kernel": r"\bos\._exit\b|\bsys\.exit\b|(?<![\w.])(?:exit|quit)\(",
     "ctypes / low-level memory": r"\bctypes\b|\bcffi\b",
-    "processes or threads": r"\bos\.fork\b|\bmultiprocessing\b|\bsubprocess\b|"
-    r"\bthreading\b|\bos\.system\b|\bos\.popen\b",
+    "processes or threads": r"\bos\.fork\b|\bmultiprocessing\b|(?i:subprocess)|"
+    r"\bthreading\b|\b_thread\b|\bos\.system\b|\bos\.popen\b|\bos\.spawn|"
+    r"\bos\.posix_spawn|\bos\.exec|\bpty\b|\bconcurrent\.futures\b",
+    "reads the grading inputs": r"/grading\b|inputs\.npz",
     "network": r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\bhttpx\b|"
     r"\baiohttp\b",
     "grader files": r"reference\.npz|gradebook|autograded|submitted/|solutions/|"

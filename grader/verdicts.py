@@ -146,9 +146,17 @@ def stream_problems(entry: dict) -> list[str]:
     return problems
 
 
-def test_cell_problems(entry: dict, touched: int) -> list[str]:
-    """What could replace a test's results after they were recorded."""
+def test_cell_problems(entry: dict, touched: int, spawned: int = 0) -> list[str]:
+    """What could replace a test's results after they were recorded, or let
+    the student's code step outside the test's limits (a memory case's cap
+    holds for the kernel's process only)."""
     problems = []
+    if spawned:
+        problems.append(
+            f"{spawned} more process(es) ran while the hidden test ran (the "
+            f"grader's watchdog saw them): a test calls the solution in the "
+            f"kernel alone"
+        )
     if entry.get("cleared_after_result"):
         problems.append(
             "the test's outputs were cleared (clear_output) after its result was "
@@ -178,6 +186,7 @@ class JudgeHiddenTests(NbGraderPreprocessor):
         status = ctx.get("status", {})
         stream = ctx.get("stream", {})
         touched = ctx.get("touched", {})
+        spawned = ctx.get("spawned", {})
         tamper = None  # (cell index, what)
         reported = set()
         for index, cell in enumerate(nb.cells):
@@ -199,7 +208,9 @@ class JudgeHiddenTests(NbGraderPreprocessor):
                 if (changed or problems) and tamper is None:
                     tamper = (index, name)
             if is_grade(cell) and ran:
-                problems += test_cell_problems(entry, touched.get(index, 0))
+                problems += test_cell_problems(
+                    entry, touched.get(index, 0), spawned.get(index, 0)
+                )
                 if not problems and tamper is None:
                     problems = self._judge(cell, name, entry)
                 elif tamper is not None:  # not judged; say what else was wrong

@@ -363,6 +363,22 @@ CLEARS = TF_OK.replace(
 )
 assert CLEARS != TF_OK
 
+# a child process escapes the memory cases' cap (kernel process only)
+CHILD_DURING_TEST = (
+    TORCH_OK
+    + """
+import subprocess as _sp
+import sys as _sys
+
+_honest = soft_lookup_torch
+
+
+def soft_lookup_torch(queries, keys, values, beta):
+    _sp.run([_sys.executable, "-c", "import time; time.sleep(1.5)"], check=True)
+    return _honest(queries, keys, values, beta)
+"""
+)
+
 # the staging scans: for review, no effect on the score
 SUSPICIOUS = frozenset({"suspicious", "dynamic-code", "library-call"})
 HOSTILE = [
@@ -409,6 +425,15 @@ HOSTILE = [
         {"output-limit"},
         fixed(notebook(torch=HUGE_UPDATE)),
         notes=("torch-solution: a display update of",),
+    ),
+    Case(
+        "child-process",
+        4,
+        0,
+        {"tampered"},
+        fixed(notebook(torch=CHILD_DURING_TEST)),
+        notes=("more process(es) ran while the hidden test ran",),
+        also=SUSPICIOUS,
     ),
     Case(
         "npz-bomb",

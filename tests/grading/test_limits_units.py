@@ -280,7 +280,7 @@ def light_kernels(monkeypatch):
     monkeypatch.setenv("GRADER_PRELOAD", "attncourse,numpy")
 
 
-def guarded(tmp_path, sources, **km_config):
+def guarded(tmp_path, sources, grade=(), **km_config):
     from traitlets.config import Config
 
     from grader.guard import GuardedExecute
@@ -291,6 +291,15 @@ def guarded(tmp_path, sources, **km_config):
     for key, value in km_config.items():
         setattr(cfg.SandboxedKernelManager, key, value)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    for i in grade:  # an nbgrader test cell (autograded, with points)
+        nb.cells[i].metadata["nbgrader"] = {
+            "grade": True,
+            "grade_id": f"test-{i}",
+            "points": 1,
+            "solution": False,
+            "locked": True,
+            "schema_version": 3,
+        }
     resources = {"nbgrader": {"student": "s", "assignment": "not-a-task"}}
     nb, resources = GuardedExecute(config=cfg).preprocess(nb, resources)
     outs = [
@@ -397,3 +406,21 @@ def test_without_the_size_limit_the_huge_message_is_read(light_kernels, tmp_path
     )
     assert outs[1].startswith("xxxx") and "after 41" in outs[2], outs[1][:200]
     assert "refused unread" not in " ".join(log["flags"].get("output-limit", []))
+
+
+CHILD = (
+    "import subprocess, sys\n"
+    "subprocess.run([sys.executable, '-c', 'import time; time.sleep(1.5)'])\n"
+    "print('done')"
+)
+
+
+def test_processes_started_during_a_test_cell_are_counted(light_kernels, tmp_path):
+    """A memory case's cap holds for the kernel's own process: a child started
+    during a hidden test would escape it. The watchdog counts the processes
+    of the sandbox while a test cell runs (not in other cells)."""
+    outs, _, resources = guarded(
+        tmp_path, ["x = 1", CHILD, CHILD, "y = 2"], grade=(2, 3)
+    )
+    assert outs[1].strip() == outs[2].strip() == "done", outs
+    assert resources["attncourse"]["spawned"] == {2: 1}, resources["attncourse"]
