@@ -3,17 +3,18 @@ attention computed within a memory budget.
 
 * table_mib_tf / table_mib_torch(queries, keys, backward=False) -> MiB
   (2**20 bytes) of the (n_q, n_k) tables the direct method holds: 2 (scores
-  S and weights A) forward, 4 forward + backward (A kept, dA and dS built),
-  one per index of the leading axes (batch, heads), of the inputs' itemsize;
+  S and weights A) forward, 4 forward + backward (S, A, dA, dS: 4 counted,
+  the chapter's budget, though 3 are alive at the backward peak), one per
+  index of the leading axes (batch, heads), of the inputs' itemsize;
 * budget_chunk_tf / budget_chunk_torch(queries, keys, budget_mib) -> the
   largest number of query rows whose 2 forward tables fit within
   budget_mib, at most n_q; ValueError naming the budget and the one-row size
   when not even one row fits;
 * budgeted_attention_tf / budgeted_attention_torch(queries, keys, values,
   budget_mib, mask=None) -> softmax(q k^T / sqrt(d), mask) v computed
-  budget_chunk rows of queries at a time; mask bool, True = attend,
-  broadcastable to (..., n_q, n_k), its query axis chunked with the
-  queries; a fully masked row gives zero outputs (the library's
+  budget_chunk rows of queries at a time; mask bool, True = attend, at
+  least 2-D, broadcastable to (..., n_q, n_k), its query axis chunked with
+  the queries; a fully masked row gives zero outputs (the library's
   masked_softmax); the inputs' dtype kept.
 
 Checks: ``table`` (fresh shapes, 1 or 2 leading axes, float16/32/64, the
@@ -187,7 +188,9 @@ def attend(q, k, v, mask=None, scale=True, axis=-1, fill="most-negative"):
     """Float64 attention of one chunk: softmax over ``axis`` of q k^T /
     sqrt(d) (``scale``); mask True = attend, a fully masked row -> zeros;
     ``fill``: how masked scores are treated (most-negative: the course's
-    convention; zero: set to 0; ignored; inverted: the mask's complement)."""
+    convention; zero: set to 0; ignored; inverted: the mask's complement;
+    uniform: the most negative finite fill and no multiply by the mask, so
+    a fully masked row gives every key the same weight)."""
     s = q @ np.swapaxes(k, -1, -2)
     if scale:
         s = s / math.sqrt(q.shape[-1])
@@ -198,6 +201,10 @@ def attend(q, k, v, mask=None, scale=True, axis=-1, fill="most-negative"):
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), s.shape)
     if fill == "zero":
         return numeric.softmax(np.where(mask, s, 0.0), axis=axis) @ v
+    if fill == "uniform":
+        w = numeric.masked_softmax(s, mask)
+        empty = ~mask.any(axis=-1, keepdims=True)  # all scores equal there
+        return np.where(empty, 1.0 / s.shape[-1], w) @ v
     if axis == -1:
         return numeric.masked_softmax(s, mask) @ v
     # over the queries: the same masked softmax with the two axes swapped
@@ -206,9 +213,10 @@ def attend(q, k, v, mask=None, scale=True, axis=-1, fill="most-negative"):
 
 
 def _mask_rows(mask, start, stop, first_rows=False):
-    """The chunk's rows of a mask whose query axis is n_q (else the whole
-    mask: it broadcasts); ``first_rows``: the first chunk's rows reused."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
+    """The chunk's rows of a mask (at least 2-D) whose query axis is n_q
+    (else the whole mask: it broadcasts); ``first_rows``: the first chunk's
+    rows reused."""
+    if mask is None or mask.shape[-2] == 1:
         return mask
     if first_rows:
         return mask[..., : stop - start, :]
@@ -430,7 +438,7 @@ def make_cases() -> dict:
     causalish &= r.random((n4, n_k4)) < 0.8
     causalish[:, 0] = True
     n5 = int(r.integers(20, 31))
-    return {
+    cases = {
         "table": _table_case(r),
         "table_long": _table_long_case(r),
         "chunk": _chunk_case(r),
@@ -462,6 +470,9 @@ def make_cases() -> dict:
             "budget": np.array(BUDGET_MIB),
         },
     }
+    # the interface's masks are at least 2-D (a query axis, maybe of size 1)
+    assert all(np.ndim(c.get("mask", [[0]])) >= 2 for c in cases.values())
+    return cases
 
 
 def expected(case: str, inputs: dict) -> dict:
@@ -535,10 +546,10 @@ TABLE_VARIANTS = (
     ),
     _table(
         "three-tables",
-        "3 tables a pass are counted; the chapter's direct method holds 2 "
-        "forward (S, A) and 4 forward + backward (A kept, dA and dS built): "
-        + SIZE
-        + ".",
+        "3 tables a pass are counted; the chapter's direct method counts 2 "
+        "forward (S, A) and 4 forward + backward (S and A from the forward "
+        "pass, dA and dS from the backward: 4 tables counted, not the 3 alive "
+        "at the backward peak): " + SIZE + ".",
         counts={False: 3, True: 6},
     ),
     # forward + backward memory summed wrong: harvard-edge/cs249r_book#1155
@@ -660,6 +671,18 @@ VALUE_VARIANTS = (
     inverted_mask(lambda i: budgeted(i, fill="inverted"), "mask", MASKED),
     mask_ignored(lambda i: budgeted(i, fill="ignored"), "mask", MASKED),
     mask_zero_fill(lambda i: budgeted(i, fill="zero"), MASKED),
+    # d2l-ai/d2l-en#2423 (a big negative fill gives an empty row uniform
+    # weights)
+    _values(
+        "fully-masked-row-uniform",
+        "a query row whose keys are all masked gets the mean of the values: "
+        "with the most negative finite fill its scores are all equal and the "
+        "softmax gives every key the same weight. The course gives such a "
+        "row zero weights and zero outputs: multiply the weights by the mask "
+        "after the softmax (or use masked_softmax).",
+        cases=("heads_mask",),
+        fill="uniform",
+    ),
     _values(
         "last-chunk-dropped",
         "the rows after the last whole chunk are never computed (zeros): "
@@ -680,14 +703,15 @@ NAN = (
     "NaN usually comes from a fully masked query row whose scores were all "
     "set to -inf (exp(-inf) / 0): the course gives such a row zero weights "
     "and zero outputs -- fill hidden scores with the most negative finite "
-    "number, or multiply the weights by the mask after the softmax."
+    "number AND multiply the weights by the mask after the softmax, or use "
+    "the course's masked_softmax."
 )
 ATTENTION_RULE = (
     "chunk = budget_chunk(queries, keys, budget_mib); for each start in "
     "range(0, n_q, chunk): scores = q_chunk k^T / sqrt(d), the chunk's rows "
-    "of the mask (True = attend), softmax over the keys, @ values; the "
-    "outputs of the chunks concatenated along the query axis, in the inputs' "
-    "dtype."
+    "of the mask (True = attend), softmax over the keys (a fully masked row "
+    "-> zeros), @ values; the outputs of the chunks concatenated along the "
+    "query axis, in the inputs' dtype."
 )
 NOTES = {
     "table": "8 calls: (batch, n, 2) and (batch, heads, n, 2) inputs, n_q != "

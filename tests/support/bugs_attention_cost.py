@@ -9,7 +9,7 @@ and bug2 also run through the real nbgrader CLI on fresh inputs
 (test_exercises_grading): their losses hold on every draw. Reported
 mistakes (grader/assignments/attention_cost.py cites them): MiB printed as
 MB, the heads left out of a size, forward + backward memory summed wrong,
-the softmax over the wrong axis.
+the softmax over the wrong axis, an empty row given uniform weights.
 """
 
 A = "attention-cost"
@@ -337,7 +337,7 @@ ROWS = [
         part("tf", "visible", "hidden-values"),
         "last-chunk-dropped",
     ),
-    # float64 returned: the visible test checks float64 inputs only
+    # float64 returned for float32 inputs
     (
         A,
         "bug14",
@@ -348,7 +348,7 @@ ROWS = [
                 "return torch.cat(outputs, dim=-2).double()",
             )
         ],
-        part("torch", "hidden-values", "hidden-memory"),
+        part("torch", *VALUES),
         "dtype-upcast",
     ),
     # overlapping chunks
@@ -391,5 +391,15 @@ ROWS = [
         ],
         part("tf", "hidden-memory"),
         "budget-ignored",
+    ),
+    # the most negative finite fill, no multiply: the fully masked row gets
+    # the mean of the values (the memory case's key mask empties no row)
+    (
+        A,
+        "bug16",
+        "torch",
+        [(TORCH_MULTIPLY, "")],
+        part("torch", "visible", "hidden-values"),
+        "fully-masked-row-uniform",
     ),
 ]

@@ -13,7 +13,8 @@ budget and budgeted attention.
   the one-row size, in MiB, KiB or bytes): only the kernel sees it;
 * ``budgeted_attention_<fw>(queries, keys, values, budget_mib, mask=None)``
   -> the outputs (..., n_q, d_v) in the inputs' dtype; the runner returns
-  them as float64 with their itemsize.
+  them as float64 with their itemsize. A mask is at least 2-D (its query
+  axis n_q or 1): the runner passes no other.
 
 The *memory* case (``seed`` in the inputs) draws its queries, keys, values
 and key mask here from the seed (``long_inputs``; the grader draws the same)
@@ -330,6 +331,8 @@ def run_attention(framework: str, namespace: dict, inputs: dict, gradients=False
     arrays = [np.asarray(inputs[k]) for k in ("queries", "keys", "values")]
     q, k, v = (framework_array(framework, a, item) for a in arrays)
     mask = inputs.get("mask")
+    if mask is not None and np.ndim(mask) < 2:
+        raise ValueError("attention-cost masks are at least 2-D (a query axis)")
     kwargs = {} if mask is None else {"mask": framework_array(framework, mask, item)}
     what = _what(name, [a.shape for a in arrays], budget, mask)
     try:
