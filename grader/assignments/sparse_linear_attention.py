@@ -172,6 +172,16 @@ def _causal(i, j, w):
     return j <= i
 
 
+def _local_positions(i, j, w):
+    """The block's mask from block-local indices (arange(stop - start),
+    arange(stop - first), first = max(0, start - w)): after the first block
+    the key indices start w positions earlier, so the window lags by w."""
+    start = i // w * w
+    first = np.maximum(0, start - w)
+    row, col = i - start, j - first
+    return (col >= 0) & (j < start + w) & (col <= row) & (col > row - w)
+
+
 def _future_in_block(i, j, w):
     return (j > i - w) & (j < (i // w + 1) * w)
 
@@ -220,8 +230,9 @@ WINDOW_VARIANTS = (
         "previous-block-forgotten",
         "each query block scores only its own keys: the first queries of a "
         "block lose the keys of the block before that are still in their "
-        "window; score the block against the keys from block_start - window to "
-        "block_stop (its own block and the previous one), masked to the window.",
+        "window; score the block against the keys from max(0, block_start - "
+        "window) to block_stop (its own block and the previous one), masked to "
+        "the window.",
         _own_block_only,
         ("uneven", "exact"),
     ),
@@ -239,6 +250,20 @@ WINDOW_VARIANTS = (
         "the block's scores are masked only on the old side; " + WINDOW_RULE + ".",
         _future_in_block,
         ("uneven", "exact"),
+    ),
+    # the mask from tf.range(stop - start) / torch.arange(stop - first): the
+    # block's own indices, not the positions in the sequence
+    # (the slice from max(0, start - window), as the reminder says)
+    _window_variant(
+        "mask-positions-local",
+        "after the first block the window is shifted back: the block's mask "
+        "compares block-local indices (range(stop - start) for the queries, "
+        "range(stop - first) for the keys), which start at different "
+        "positions; build it from the positions in the sequence: "
+        "range(start, stop) for the queries and range(first, stop) for the "
+        "keys, where first is the first key sliced.",
+        _local_positions,
+        ("uneven", "window_one", "exact"),
     ),
     # window 1: one key per query, its weight is 1 whatever the scale
     missing_scale(
@@ -446,9 +471,10 @@ NOTES = {
     f"signs (so every row counts)",
 }
 WINDOW_REMINDER = (
-    "for each query block [start, stop) of window tokens: scores = Q_block "
-    "K[start - window : stop]^T / sqrt(d), hidden where not (i - window < j <= "
-    "i), softmax over the keys, @ V[start - window : stop]."
+    "for each query block [start, stop) of window tokens, first = max(0, start "
+    "- window): scores = Q_block K[first : stop]^T / sqrt(d), hidden where not "
+    "(i - window < j <= i) with i, j positions in the sequence, softmax over the "
+    "keys, @ V[first : stop]."
 )
 
 

@@ -4,13 +4,16 @@
   sandbox's whole address space and than the runner's cap, and so are the
   (n, d, d_v) cumulative states of the linear case; a materialising solution
   fails fast, is named (``materialised-scores`` / ``materialised-states``),
+  also the chapter's band in TensorFlow (tf.signal.frame copies the keys),
   the limit is restored and the process still computes; the honest blocked
   and chunked solutions pass with a margin, also under a tighter limit;
 * the grader's reference: float64, never the table nor the states, every row
   counted through signed sums; the rows the kernel could guess earn nothing;
 * honest variety is not accused: a band of strided views, per-chunk states
   kept, elu(x) + 1 written with the framework's elu, another chunk size;
-* shapes with a known cause are named; the probe sees nothing changed; fresh
+* shapes with a known cause are named, and so is the first block's negative
+  slice start (an empty key axis), without the generic shape advice; the
+  probe sees nothing changed; fresh
   draws keep every mistake distinguishable;
 * the library's own sliding-window and linear attention (the ``sparse``
   module, its feature map) and the frameworks' attention are flagged, the
@@ -131,6 +134,55 @@ def test_materialising_window_fails_fast_and_cleanly():
     assert grown < 1.5 * 2**20, f"peak RSS grew by {grown / 2**20:.1f} GiB"
     assert float(torch.ones(1000, 1000).sum()) == 1e6
     judge("window", namespace(extra=NAIVE_WINDOW))
+
+
+COPIED_BAND_TF = """
+def window_attention_tf(queries, keys, values, window):
+    # the chapter's band: right numbers, but tf.signal.frame copies the keys
+    b, n, d = queries.shape
+    pad = [[0, 0], [window - 1, 0], [0, 0]]
+    k = tf.signal.frame(tf.pad(keys, pad), window, 1, axis=-2)  # (b, n, w, d)
+    v = tf.signal.frame(tf.pad(values, pad), window, 1, axis=-2)
+    s = tf.einsum("bnd,bnwd->bnw", queries, k) / math.sqrt(d)
+    slot = np.arange(n)[:, None] - window + 1 + np.arange(window)
+    s = tf.where(slot >= 0, s, -np.inf)
+    return tf.einsum("bnw,bnwd->bnd", tf.nn.softmax(s, axis=-1), v)
+"""
+
+
+def test_copied_band_in_tensorflow_is_named_for_what_it_is():
+    """The chapter's band is a view in NumPy and PyTorch, a copy in TF: the
+    message must cover a band of copied keys, not only an (n, n) table."""
+    ns = namespace(extra=COPIED_BAND_TF)
+    judge("window", ns, framework="tf")  # right numbers on small inputs
+    before = limits()
+    with pytest.raises(GradingError, match=r"\(materialised-scores\)") as err:
+        judge("window_memory", ns, framework="tf")
+    text = str(err.value)
+    assert "band of copied keys (49000, 384, 32) 2.2 GiB" in text
+    assert "(n, window, d) band of copied keys" in text
+    assert limits() == before
+
+
+def test_negative_slice_start_is_named_without_the_generic_advice():
+    """keys[:, start - window:stop] at start 0: an empty key axis; PyTorch's
+    message (TensorFlow's is the catalogue's bug10)."""
+    ns = namespace(
+        "torch",
+        extra=SOLUTIONS["torch-solution"].replace(
+            "first = max(0, start - window)", "first = start - window"
+        ),
+    )
+    for check in ("window", "window_memory"):
+        with pytest.raises(GradingError, match=r"\(negative-slice-start\)") as err:
+            judge(check, ns)
+        assert "What this usually means" not in str(err.value)
+        assert "Where (your code last)" in str(err.value)
+    # an unrelated error keeps the generic advice
+    bad = {"window_attention_torch": lambda q, k, v, w: q @ k}
+    with pytest.raises(GradingError) as err:
+        judge("window", bad)
+    assert "negative-slice-start" not in str(err.value)
 
 
 def test_cumulative_states_fail_the_linear_memory_case_in_tensorflow():

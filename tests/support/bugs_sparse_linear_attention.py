@@ -251,4 +251,35 @@ ROWS = [
         LINEAR_TORCH,
         "normaliser-not-carried",
     ),
+    # the first block's slice from start - window without max(0, ...):
+    # keys[:, -window:window], empty once n > 2 window; TensorFlow's
+    # broadcast error is named, not blamed on transposed keys or a mask
+    (
+        A,
+        "bug10",
+        "tf",
+        [("first = max(0, start - window)", "first = start - window")],
+        WINDOW_TF,
+        "negative-slice-start",
+        "max(0, start - window)",
+    ),
+    # the block's mask from block-local indices: the window lags after the
+    # first block
+    (
+        A,
+        "bug10",
+        "torch",
+        [
+            (
+                "torch.arange(start, stop)[:, None]",
+                "torch.arange(stop - start)[:, None]",
+            ),
+            (
+                "torch.arange(first, stop)[None, :]",
+                "torch.arange(stop - first)[None, :]",
+            ),
+        ],
+        WINDOW_TORCH,
+        "mask-positions-local",
+    ),
 ]

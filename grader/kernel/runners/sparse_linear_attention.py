@@ -10,15 +10,21 @@ and run the call under the address-space cap of flash-attention's runner
 (what the kernel maps plus ``HEADROOM``, never above the limit in force):
 
 * window: ``WINDOW_LENGTH`` positions, window ``WINDOW``; one (n, n) float32
-  table is 8.9 GiB (a bool mask 2.2 GiB), a blocked solution needs a few MiB;
+  table is 8.9 GiB (a bool mask 2.2 GiB), the chapter's band of keys copied
+  (n, window, d) -- TensorFlow's tf.signal.frame copies -- 2.2 GiB, a blocked
+  solution needs a few MiB;
 * linear: ``LINEAR_LENGTH`` positions, d = d_v = ``LINEAR_DIM``, chunks of
   ``CHUNK``; one (n, n) table is 20 GiB and the cumulative states (n, d, d_v)
   of the cumsum form 4.5 GiB, a chunked solution needs a few MiB beyond its
   inputs.
 
 Every row counts: the runner returns ``MIXTURES`` signed sums of all rows
-(``mixed``), never selected rows.
+(``mixed``), never selected rows. A window function that raises on an empty
+key axis (``keys[:, start - window:stop]`` at start 0 is ``keys[:, -window:
+window]``) is named ``negative-slice-start``.
 """
+
+import re
 
 import numpy as np
 
@@ -26,7 +32,6 @@ from grader.kernel.adapters import to_framework
 from grader.kernel.errors import GradingError, student_error
 from grader.kernel.runners._common import (
     Run,
-    call_and_unpack,
     lookup,
     numpy_results,
     unpack,
@@ -112,9 +117,47 @@ def check_shape(outputs, want, what) -> None:
     )
 
 
+# a shape error naming an empty axis: TensorFlow's "then [2,5,0]" (a shape of
+# 2+ axes, not "indices[0,0]"), PyTorch's "The size of tensor b (0)"
+EMPTY_AXIS = re.compile(
+    r"(?<!\w)\[(?=[\d,]*,)(?:\d+,)*0(?:,\d+)*\]|size of tensor [ab] \(0\)"
+)
+NEGATIVE_SLICE = (
+    "\nLikely mistake (negative-slice-start): a tensor with an empty axis -- "
+    "usually the first block's keys: at start = 0, keys[:, start - window:stop] "
+    "is keys[:, -window:window] (a negative start counts from the end), empty "
+    "once n > 2 window; slice from first = max(0, start - window) and build "
+    "the key positions from the same first."
+)
+
+
+def window_error(what, exc) -> GradingError:
+    """The student's exception; an empty axis in a window call is named (the
+    generic shape advice, transposed keys or a padding mask, is dropped)."""
+    error = student_error(what, exc)
+    text = str(error)
+    if not EMPTY_AXIS.search(str(exc)[:4000]):
+        return error
+    head, sep, frames = text.partition("\nWhere (your code last):")
+    head = re.sub(r"\nWhat this usually means: [^\n]*", "", head)
+    return GradingError(head + NEGATIVE_SLICE + sep + frames)
+
+
+def _student_call(fn, args, setting, what):
+    try:
+        return fn(*args)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
+        if setting == "window":
+            raise window_error(what, exc) from None
+        raise student_error(what, exc) from None
+
+
 def _call(framework, fn, arrays, setting, value, what) -> dict:
     t = [to_framework(framework, arrays[k]) for k in SOURCES]
-    out = call_and_unpack(what, fn, (*t, int(value)), {}, ("outputs",))
+    result = _student_call(fn, (*t, int(value)), setting, what)
+    out = unpack(result, ("outputs",), what)
     results = numpy_results(out, what)
     batch, n = arrays["queries"].shape[:2]
     check_shape(results["outputs"], (batch, n, arrays["values"].shape[-1]), what)
@@ -123,10 +166,12 @@ def _call(framework, fn, arrays, setting, value, what) -> dict:
 
 MATERIALISED = {
     "window": (
-        "\nLikely mistake (materialised-scores): the scores (or a mask) of all "
-        "queries and keys are built at once; loop over query blocks of `window` "
-        "tokens and score each block against its own keys and the previous "
-        "block's only: (window, 2 window) numbers at a time."
+        "\nLikely mistake (materialised-scores): something the size of all "
+        "queries at once is built: an (n, n) table (scores, weights or a mask) "
+        "or an (n, window, d) band of copied keys (the chapter's band: "
+        "TensorFlow's tf.signal.frame copies); loop over query blocks of "
+        "`window` tokens and score each block against its own keys and the "
+        "previous block's only: at most (window, 2 window) numbers at a time."
     ),
     "chunk": (
         "\nLikely mistake (materialised-states): an (n, n) table or the "
@@ -167,9 +212,16 @@ def run_long(framework, fn, inputs, setting, value, what) -> dict:
         except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
             failure = exc
     if failure is not None and not out_of_memory(failure):
+        if setting == "window":
+            raise window_error(what, failure) from None
         raise student_error(what, failure) from None
     if failure is not None:
         sizes = f"one ({n}, {n}) float32 table alone is {n * n * 4 / GiB:.1f} GiB"
+        if setting == "window":
+            sizes += (
+                f", a band of copied keys ({n}, {value}, {d}) "
+                f"{n * value * d * 4 / GiB:.1f} GiB"
+            )
         if setting == "chunk":
             sizes += (
                 f", the cumulative states ({n}, {d}, {d}) {n * d * d * 4 / GiB:.1f} GiB"
