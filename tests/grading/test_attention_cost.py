@@ -1,15 +1,18 @@
 """attention-cost: the memory case, the budget's edges and the honest ways.
 
-* the memory case: the direct method's two (n, n) float32 tables of all the
-  heads take the sandbox's whole address space and 8 times what the runner
-  lets the call map; a solution that ignores the budget fails fast and
+* the memory case: ONE (n, n) float32 table of the direct method is larger
+  than the sandbox's whole address space (so memory set aside before the
+  call and freed in it cannot hold it) and 9 times what the runner lets the
+  call map; a solution that ignores the budget fails fast and
   cleanly (TF and PyTorch), the process still computes, an honest one
   passes under a tighter existing limit; the grader's reference stays
   small, and every row counts (the kernel is told no rows);
 * budget_chunk's edges: the exact boundaries are exact binary fractions (no
   honest rounding decides), integral floats are accepted and fractional ones
   named, the ValueError's message is read in MiB, KiB or bytes and however
-  it is rounded, a vague one is named;
+  it is rounded, a vague one (or one padded with numbers) is named;
+* the student's odd values (inf, NaN, 1e30 rows; an object whose shape
+  raises) are named as theirs, never as the grader's failure;
 * honest variations (the course's masked_softmax, floats floored, a
   preallocated output, NumPy scalars) are never refused;
 * the library's attention and table sizes, the frameworks' fused attention
@@ -60,12 +63,21 @@ def namespace(*parts, extra="") -> dict:
     return ns
 
 
+EXPECTED = {}  # the memory case's reference (seconds each), computed once
+
+
+def expected(case: str) -> dict:
+    if case not in EXPECTED:
+        EXPECTED[case] = task.expected(case, CASES[case])
+    return EXPECTED[case]
+
+
 def judge(check: str, ns: dict, framework="torch", cases=None) -> None:
     c = task.CHECKS[check]
     for case in cases or c.cases:
         inputs = CASES[case]
         observed = c.run(framework, ns, inputs, gradients=c.runner.gradients)
-        verdict(c, framework, case, inputs, task.expected(case, inputs), observed)
+        verdict(c, framework, case, inputs, expected(case), observed)
 
 
 def limits():
@@ -94,18 +106,20 @@ def budgeted_attention_tf(queries, keys, values, budget_mib, mask=None):
 # ------------------------------------------------------------ the memory case
 def test_the_direct_tables_exceed_the_cap_and_the_sandbox():
     n, h = runner.LENGTH, runner.HEADS
-    both = 2 * h * n * n * 4  # S and A of every head, float32
-    assert both >= sandbox.Limits().memory  # even a raised soft limit fails
-    assert both // 2 >= 4 * runner.HEADROOM  # one table: 4 caps
-    assert h * n * n * 2 > runner.HEADROOM  # nor one float16 table of all heads
-    # the budget's chunk: its tables are a sixteenth of what the call may map
+    one = n * n * 4  # ONE float32 (n, n) table of one head
+    # larger than the whole address space: nothing set aside helps
+    assert one > sandbox.Limits().memory
+    assert one >= 8 * runner.HEADROOM  # 9 caps
+    assert n * n * 2 > runner.HEADROOM  # nor one float16 table
+    # the budget's chunk: its tables are a few MiB, far below what the call
+    # may map, and the last chunk is shorter
     row = runner.one_row_bytes((1, h, n, 8), (1, h, n, 8), 4)
     chunk = int(runner.BUDGET_MIB * MiB) // row
-    assert chunk * row <= runner.BUDGET_MIB * MiB <= runner.HEADROOM / 16
-    assert 64 <= chunk < n and n % chunk == 0
+    assert chunk * row <= runner.BUDGET_MIB * MiB <= runner.HEADROOM / 32
+    assert 16 <= chunk < n and n % chunk != 0
     inputs = CASES["long"]
     assert "queries" not in inputs and "rows" not in inputs  # drawn, all rows
-    exp = task.expected("long", inputs)
+    exp = expected("long")
     assert exp["outputs"].shape == (1, h, caps.MIXTURES, runner.HEAD_DIM)
 
 
@@ -119,7 +133,7 @@ def test_ignoring_the_budget_fails_fast_and_cleanly():
         with pytest.raises(GradingError, match=r"\(budget-ignored\)") as err:
             judge("memory", namespace(framework, extra=code), framework)
         assert time.monotonic() - start < 15
-        assert "4 GiB" in str(err.value) and "32 MiB" in str(err.value)
+        assert "4.5 GiB" in str(err.value) and "8 MiB" in str(err.value)
         assert limits() == before
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss
     assert grown < 1.5 * 2**20, f"peak RSS grew by {grown / 2**20:.1f} GiB"
@@ -143,6 +157,8 @@ def test_honest_solution_passes_under_an_existing_tighter_limit():
     before = limits()
     tight = caps.mapped_bytes() + 256 * MiB
     resource.setrlimit(resource.RLIMIT_AS, (tight, before[1]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a grading kernel (one thread)
     try:
         for framework in ("torch", "tf"):
             start = time.monotonic()
@@ -150,6 +166,7 @@ def test_honest_solution_passes_under_an_existing_tighter_limit():
             print(f"\nhonest {framework} memory case: {time.monotonic() - start:.1f} s")
     finally:
         resource.setrlimit(resource.RLIMIT_AS, before)
+        torch.set_num_threads(threads)
 
 
 def test_grader_reference_for_the_memory_case_stays_small_and_counts_every_row():
@@ -158,16 +175,18 @@ def test_grader_reference_for_the_memory_case_stays_small_and_counts_every_row()
         start = time.monotonic()
         exp = task.expected("long", CASES["long"])
         seconds = time.monotonic() - start
+        print(f"\ngrader's reference, memory case: {seconds:.1f} s")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 96 * MiB, f"{peak / MiB:.0f} MiB"
-    assert seconds < 30, f"{seconds:.0f} s per student"
+    # about 5-10 s on 2 idle cores; the bound leaves room for a loaded machine
+    assert seconds < 60, f"{seconds:.0f} s per student"
     assert task.CHECKS["memory"].variants == ()
     full = task.direct_long(CASES["long"])
     seed = CASES["long"]["seed"]
     assert core._close(runner.mixed(full, seed)["outputs"], exp["outputs"], "outputs")
-    for head, row in ((0, 0), (1, runner.LENGTH // 2), (1, runner.LENGTH - 1)):
+    for head, row in ((0, 0), (0, runner.LENGTH // 2), (0, runner.LENGTH - 1)):
         changed = full.copy()
         changed[0, head, row] = 0.0
         value = runner.mixed(changed, seed)["outputs"]
@@ -237,6 +256,9 @@ def chunk_fn(message=None, value=None):
         lambda b, row: f"need {row / 1024:.0f} KiB for a row, the budget is {b:.1f}",
         lambda b, row: f"one row takes {row:,} bytes; budget_mib={b}",
         lambda b, row: f"row needs {row / MiB:.1f} MiB but budget is {b} MiB",
+        # both sizes in bytes, or both in KiB (the budget read in any unit)
+        lambda b, row: f"{b * MiB:,.0f} bytes < {row:,} bytes",
+        lambda b, row: f"budget {b * 1024:g} KiB, one row {row / 1024:g} KiB",
     ],
 )
 def test_honest_error_messages_are_read(message):
@@ -256,6 +278,98 @@ def test_a_vague_or_wrong_kind_of_error_is_named():
 
     with pytest.raises(GradingError, match=r"raise ValueError \(not AssertionError\)"):
         judge("chunk", {"budget_chunk_torch": asserting}, cases=("chunk_errors",))
+
+
+def test_a_message_padded_with_numbers_names_nothing():
+    def padded(b, row):
+        return f"budget {b} MiB too small: " + ", ".join(
+            f"{x / 4:g}" for x in range(1, 150)
+        )
+
+    with pytest.raises(GradingError, match=r"\(error-message-vague\)") as err:
+        judge("chunk", chunk_fn(padded), cases=("chunk_errors",))
+    assert "different numbers" in str(err.value)
+
+
+def test_a_detailed_honest_message_is_read():
+    """Both sizes in two units and the row's factors: 7 different numbers."""
+    honest = namespace("torch")["budget_chunk_torch"]
+
+    def budget_chunk_torch(q, k, budget_mib):
+        lead, item = math.prod(q.shape[:-2]), q.element_size()
+        row = 2 * lead * k.shape[-2] * item
+        if budget_mib * MiB < row:
+            raise ValueError(
+                f"budget {budget_mib} MiB ({budget_mib * MiB:,.0f} bytes) < one "
+                f"row: 2 tables x {lead} x {k.shape[-2]} keys x {item} bytes = "
+                f"{row / MiB} MiB ({row:,} bytes)"
+            )
+        return honest(q, k, budget_mib)
+
+    judge("chunk", {"budget_chunk_torch": budget_chunk_torch})
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (math.inf, "returned inf, not a finite number"),
+        (math.nan, "returned nan, not a finite number"),
+        (1e30, "returned 1e[+]30, which is no number of query rows"),
+        (np.float32("inf"), "not a finite number"),
+        (torch.tensor(float("nan")), "not a finite number"),
+    ],
+)
+def test_odd_numbers_of_rows_are_the_students_not_the_graders(value, match):
+    ns = {"budget_chunk_torch": lambda q, k, b: value}
+    with pytest.raises(GradingError, match=match) as err:
+        judge("chunk", ns, cases=("chunk",))
+    assert "budget_chunk_torch(queries" in str(err.value)
+
+    def table_mib_torch(q, k, backward=False):
+        return value
+
+    if not math.isfinite(float(value)):
+        with pytest.raises(GradingError, match="not a finite number"):
+            judge("table", {"table_mib_torch": table_mib_torch}, cases=("table",))
+
+
+class Unreadable:
+    """A returned object whose shape (or itemsize) raises."""
+
+    def __init__(self, out, broken="shape"):
+        self.out, self.broken = out, broken
+
+    @property
+    def shape(self):
+        if self.broken == "shape":
+            raise RuntimeError("no shape for you")
+        return self.out.shape
+
+    def element_size(self):
+        if self.broken == "element_size":
+            raise RuntimeError("no size for you")
+        return 10**30 if self.broken == "huge" else self.out.element_size()
+
+    def detach(self):
+        return self.out
+
+
+@pytest.mark.parametrize(
+    ("broken", "match"),
+    [
+        ("shape", r"reading the Unreadable that budgeted_attention_torch\("),
+        ("element_size", "raised RuntimeError: no size for you"),
+        ("huge", "whose elements take"),
+    ],
+)
+def test_an_unreadable_returned_object_is_the_students(broken, match):
+    honest = namespace("torch")["budgeted_attention_torch"]
+
+    def budgeted_attention_torch(*args, **kwargs):
+        return Unreadable(honest(*args, **kwargs), broken)
+
+    with pytest.raises(GradingError, match=match):
+        judge("values", {"budgeted_attention_torch": budgeted_attention_torch})
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ budget and budgeted attention.
 
 The *memory* case (``seed`` in the inputs) draws its queries, keys, values
 and key mask here from the seed (``long_inputs``; the grader draws the same)
-and runs the call under ``flash_attention.address_space_cap``: the two
-(n, n) float32 tables of the direct method are far beyond the cap and
-beyond the sandbox's whole address space, chunks within the budget are
-tens of MiB. Every row counts: the runner returns ``MIXTURES`` signed sums
-of all rows (``mixed``), never selected rows.
+and runs the call under ``flash_attention.address_space_cap``: one (n, n)
+float32 table of the direct method is far beyond the cap and beyond the
+sandbox's whole address space, chunks within the budget are a few MiB.
+Every row counts: the runner returns ``MIXTURES`` signed sums of all rows
+(``mixed``), never selected rows.
 """
 
 import math
@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from grader.kernel.errors import GradingError, student_error
+from grader.kernel.errors import GradingError, call_student, student_error
 from grader.kernel.runners._common import Run, lookup
 from grader.kernel.runners.flash_attention import (
     GiB,
@@ -45,10 +45,12 @@ ATTENTION = {"tf": "budgeted_attention_tf", "torch": "budgeted_attention_torch"}
 MiB = 1 << 20
 RAISED = -1  # budget_chunk raised the ValueError the interface asks for
 DTYPES = {2: "float16", 4: "float32", 8: "float64"}  # by itemsize
-# the memory case: batch 1, HEADS heads, LENGTH queries and keys; one (n, n)
-# float32 table per head is 1 GiB, the two forward tables 4 GiB -- as much as
-# the sandbox's whole address space, 8 times what the call may map
-LENGTH, HEADS, HEAD_DIM, BUDGET_MIB = 16384, 2, 8, 32.0
+# the memory case: batch 1, HEADS head, LENGTH queries and keys; ONE (n, n)
+# float32 table of the head is 4.5 GiB -- larger than the sandbox's whole
+# address space (4 GiB), so no memory set aside before the call and freed in
+# it holds one, 9 times what the call may map; the budget's chunk is 30 rows
+# (two tables of about 4 MiB), the last chunk shorter
+LENGTH, HEADS, HEAD_DIM, BUDGET_MIB = 17 * 2048, 1, 8, 8.0
 HEADROOM = 512 * MiB
 QUERY_SCALE = 2.0  # sharper weights: the outputs depend on a few keys
 
@@ -99,13 +101,34 @@ def _scalar(value, what: str, kind: str) -> float:
         arr = np.asarray(value)
         if arr.size != 1 or arr.dtype.kind not in "iuf":
             raise TypeError
-        return float(arr.reshape(()))
+        number = float(arr.reshape(()))
     except Exception:  # noqa: BLE001  (anything that is not one number)
         raise GradingError(
             f"{what} returned {type(value).__name__}"
-            + (f" of shape {tuple(np.shape(value))}" if hasattr(value, "shape") else "")
+            + (f" of shape {_shape_of(value)}" if _has_shape(value) else "")
             + f"; it must return {kind}"
         ) from None
+    if not math.isfinite(number):
+        raise GradingError(
+            f"{what} returned {number}, not a finite number; it must return "
+            f"{kind}: a size or a number of rows computed from the shapes, "
+            f"the itemsize and the budget is always finite"
+        )
+    return number
+
+
+def _has_shape(value) -> bool:
+    try:
+        return hasattr(value, "shape")
+    except Exception:  # noqa: BLE001  (a student's property may raise anything)
+        return False
+
+
+def _shape_of(value) -> str:
+    try:
+        return str(tuple(np.shape(value)))
+    except Exception:  # noqa: BLE001
+        return "(unreadable)"
 
 
 # ------------------------------------------------------------------- tables
@@ -166,14 +189,34 @@ def one_row_bytes(q_shape, k_shape, itemsize) -> int:
     return 2 * math.prod(q_shape[:-2]) * k_shape[-2] * itemsize
 
 
+UNITS = (MiB, 1024, 1)  # a size may be written in MiB, KiB or bytes
+MAX_NUMBERS = 8  # different numbers a message may hold and still name sizes
+
+
 def check_message(what, exc, budget, row_bytes) -> None:
-    """The ValueError names the budget and the one-row size (MiB, KiB, bytes)."""
-    text = str(exc)
+    """The ValueError names the budget and the one-row size (each in MiB, KiB
+    or bytes), among at most MAX_NUMBERS different numbers: a message
+    padded with candidates names nothing."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001  (a student's __str__ may raise anything)
+        text = ""
     numbers = numbers_in(text)
+    distinct = len(set(numbers))
+    if distinct > MAX_NUMBERS:
+        raise GradingError(
+            f"{what} raised ValueError({text[:200]!r}...) with {distinct} "
+            f"different numbers in it; a message that lists many numbers "
+            f"does not say which one is the budget and which one the size of "
+            f"one row.\nLikely mistake (error-message-vague): name the two "
+            f"sizes (at most {MAX_NUMBERS} different numbers in all), e.g. "
+            f"ValueError(f'budget {{budget_mib}} MiB < {{row_mib}} MiB, the "
+            f"tables of one query row')."
+        )
     missing = []
-    if not _says(numbers, budget):
+    if not any(_says(numbers, budget * MiB / unit) for unit in UNITS):
         missing.append(f"the budget ({budget:g} MiB)")
-    if not any(_says(numbers, row_bytes / unit) for unit in (MiB, 1024, 1)):
+    if not any(_says(numbers, row_bytes / unit) for unit in UNITS):
         missing.append(
             f"the size of one row's tables ({row_bytes / MiB:.4g} MiB = "
             f"{row_bytes:,} bytes)"
@@ -189,6 +232,11 @@ def check_message(what, exc, budget, row_bytes) -> None:
 
 def _rows(value, what) -> int:
     number = _scalar(value, what, "an int (a number of query rows)")
+    if abs(number) > 2**53:
+        raise GradingError(
+            f"{what} returned {number:g}, which is no number of query rows: "
+            f"a chunk has between 1 and n_q rows -- {_ROWS_HINT}"
+        )
     if number != math.floor(number):
         raise GradingError(
             f"{what} returned {number:g}, not a whole number of rows.\nLikely "
@@ -197,6 +245,9 @@ def _rows(value, what) -> int:
             f"that the chunk's tables stay within the budget."
         )
     return int(number)
+
+
+_ROWS_HINT = "floor(budget_mib * 2**20 / bytes of one row), then min(rows, n_q)"
 
 
 def _chunk_call(framework, fn, name, q_shape, k_shape, itemsize, budget):
@@ -266,9 +317,9 @@ def mixed(outputs, seed) -> dict:
     return {"outputs": np.einsum("mn,...nv->...mv", mix, out)}
 
 
-def check_outputs(out, lead, n_q, d_v, what) -> None:
-    """GradingError naming the mistake if the outputs have the wrong shape."""
-    got = tuple(out.shape)
+def check_outputs(got, lead, n_q, d_v, what) -> None:
+    """GradingError naming the mistake if the outputs' shape ``got`` is
+    wrong."""
     want = (*lead, n_q, d_v)
     if got == want:
         return
@@ -306,13 +357,25 @@ def _itemsize(out) -> int:
 def _attention_results(out, lead, n_q, d_v, what) -> tuple:
     from grader.kernel.adapters import to_numpy
 
-    if out is None or not hasattr(out, "shape"):
+    # the returned object is the student's: its shape, dtype and values are
+    # read like a call of their code (a property that raises is theirs)
+    reading = f"reading the {type(out).__name__} that {what} returned"
+    if out is None or not call_student(reading, hasattr, out, "shape"):
         raise GradingError(
             f"{what} returned {type(out).__name__}; it must return the outputs "
             f"tensor (..., n_q, d_v)"
         )
-    check_outputs(out, lead, n_q, d_v, what)
-    return to_numpy(out, f"{what}: outputs"), _itemsize(out)
+    got = call_student(reading, lambda: tuple(int(s) for s in out.shape))
+    check_outputs(got, lead, n_q, d_v, what)
+    outputs = call_student(reading, to_numpy, out, f"{what}: outputs")
+    size = call_student(reading, _itemsize, out)
+    if not 0 < size <= 64:
+        raise GradingError(
+            f"{what} returned a {type(out).__name__} whose elements take "
+            f"{size} bytes; it must return the outputs tensor (..., n_q, d_v) "
+            f"in the inputs' dtype"
+        )
+    return outputs, size
 
 
 def _what(name, shapes, budget, mask) -> str:
@@ -357,7 +420,7 @@ def run_long(framework, fn, name, inputs) -> dict:
     )
     mask = framework_array(framework, arrays["mask"], 4)
     what = _what(name, [arrays["queries"].shape] * 3, budget, arrays["mask"])
-    tables = 2 * h * n * n * 4 / GiB
+    table = n * n * 4 / GiB  # one (n, n) float32 table of one head
     failure = None
     with address_space_cap(HEADROOM) as allowed:
         try:
@@ -372,8 +435,9 @@ def run_long(framework, fn, name, inputs) -> dict:
         raise GradingError(
             f"{what} ran out of memory: the call may map about "
             f"{allowed / MiB:.0f} MiB more than the kernel holds, the budget is "
-            f"{budget:g} MiB of tables, and the two ({n}, {n}) float32 tables "
-            f"of all {h} heads are {tables:.0f} GiB.\nLikely mistake "
+            f"{budget:g} MiB of tables, and one ({n}, {n}) float32 table of "
+            f"one head is {table:.1f} GiB (more than the sandbox's whole "
+            f"address space).\nLikely mistake "
             f"(budget-ignored): the scores and weights of all queries are "
             f"built at once (or of chunks larger than the budget allows); "
             f"compute them chunk = budget_chunk(queries, keys, budget_mib) "
