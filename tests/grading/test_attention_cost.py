@@ -37,7 +37,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from support.grading import ROOT, environment, student_solutions
+from support.grading import ROOT, copy_course, environment, student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
 from grader import core, provenance, sandbox
@@ -579,16 +579,7 @@ def graded(tmp_path_factory):
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
     root = tmp_path_factory.mktemp("attention-cost") / "course"
-    root.mkdir()
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for package in ("attncourse", "grader"):
-        shutil.copytree(ROOT / package, root / package, ignore=ignore)
-    shutil.copytree(
-        ROOT / "solutions" / A,
-        root / "solutions" / A,
-        ignore=shutil.ignore_patterns("grader-errors.log"),
-    )
+    copy_course(root, [A])
     release = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
     for student, (edits, _, _) in STUDENTS.items():
         nb = nbs.submission(release, submission(edits))

@@ -434,7 +434,7 @@ SETUP = [
         ),
         ("f = attncourse.tf.elu_feature_map(q)", "attncourse.tf.elu_feature_map"),
         ("m = attncourse.numpy.sliding_window_mask(8, 2)", "sliding_window_mask"),
-        ("b = attncourse.torch.sparse._band(k, 4, True)", "attncourse.torch.sparse"),
+        ("b = attncourse.torch.sparse.key_band(k, 4, True)", "attncourse.torch.sparse"),
         ("w = attncourse.tf.masked_softmax(s, m)", "attncourse.tf.masked_softmax"),
         (
             "import torch.nn.functional as F\n"

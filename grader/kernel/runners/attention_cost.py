@@ -34,7 +34,7 @@ from grader.kernel.errors import GradingError, call_student, student_error
 from grader.kernel.runners._common import Run, lookup
 from grader.kernel.runners.flash_attention import (
     GiB,
-    address_space_cap,
+    call_capped,
     mixtures,
     out_of_memory,
 )
@@ -421,14 +421,9 @@ def run_long(framework, fn, name, inputs) -> dict:
     mask = framework_array(framework, arrays["mask"], 4)
     what = _what(name, [arrays["queries"].shape] * 3, budget, arrays["mask"])
     table = n * n * 4 / GiB  # one (n, n) float32 table of one head
-    failure = None
-    with address_space_cap(HEADROOM) as allowed:
-        try:
-            out = fn(q, k, v, budget, mask=mask)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
-            failure = exc
+    out, failure, allowed = call_capped(
+        lambda: fn(q, k, v, budget, mask=mask), HEADROOM
+    )
     if failure is not None and not out_of_memory(failure):
         raise student_error(what, failure) from None
     if failure is not None:

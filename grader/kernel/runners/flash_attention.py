@@ -129,6 +129,21 @@ def address_space_cap(headroom: int = HEADROOM):
         )
 
 
+def call_capped(call, headroom: int = HEADROOM):
+    """``call()`` (the student's code) under ``address_space_cap``: (its
+    result, None, room) or, when it raised, (None, the exception, room), room
+    being what the call could still map. Interrupts pass through."""
+    result = failure = None
+    with address_space_cap(headroom) as allowed:
+        try:
+            result = call()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
+            failure = exc
+    return result, failure, allowed
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """An allocation that failed: NumPy's MemoryError, PyTorch's allocator
     RuntimeError, TensorFlow's ResourceExhaustedError (OOM)."""
@@ -247,14 +262,7 @@ def run_long(framework, fn, inputs, settings, what) -> dict:
     args = (*(t[k] for k in SOURCES), *settings)
     n = arrays["queries"].shape[1]
     table = n * n * 4 / GiB
-    failure = None
-    with address_space_cap() as allowed:
-        try:
-            result = fn(*args)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
-            failure = exc
+    result, failure, allowed = call_capped(lambda: fn(*args))
     if failure is not None and not out_of_memory(failure):
         raise student_error(what, failure) from None
     if failure is not None:

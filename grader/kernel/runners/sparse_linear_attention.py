@@ -39,7 +39,7 @@ from grader.kernel.runners._common import (
 from grader.kernel.runners.flash_attention import (
     HEADROOM,
     GiB,
-    address_space_cap,
+    call_capped,
     out_of_memory,
 )
 
@@ -203,14 +203,7 @@ def run_long(framework, fn, inputs, setting, value, what) -> dict:
     arrays = case_inputs(inputs)
     t = [to_framework(framework, arrays.pop(k)) for k in SOURCES]
     n, d = int(inputs["length"]), int(inputs["head_dim"])
-    failure = None
-    with address_space_cap() as allowed:
-        try:
-            result = fn(*t, int(value))
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # noqa: BLE001  (student code may raise anything)
-            failure = exc
+    result, failure, allowed = call_capped(lambda: fn(*t, int(value)))
     if failure is not None and not out_of_memory(failure):
         if setting == "window":
             raise window_error(what, failure) from None
