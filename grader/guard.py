@@ -385,9 +385,19 @@ class GuardedExecute(Execute):
 
     # -- cells -------------------------------------------------------------
     def _connection_dropped(self) -> bool:
-        """Whether the kernel's iopub connection was dropped since last asked."""
+        """Whether the kernel's iopub connection was dropped since last asked
+        while the kernel lived: a kernel that died, or that the watchdog
+        killed, drops it too, and that is its death, not a refused message."""
         watch = self._iopub_watch
-        return watch is not None and watch()
+        if watch is None or not watch():
+            return False
+        km = self.km
+        return (
+            km is not None
+            and km.killed is None
+            and km.exit_status() is None
+            and km.kernel_pid() is not None
+        )
 
     def _message_refused(self, cell, index) -> str:
         """The kernel sent a message frame over the sockets' size limit:
