@@ -4,6 +4,7 @@
     release     regenerate the student release exercises/ and check it for leaks
     references  regenerate (or --check) the hidden reference data
     sandbox     check that a bubblewrap sandbox can be started here
+    worker      a Dask worker for ``grade --scheduler`` (grader.cluster)
 
 ``python -m grader <command> --help`` lists each command's options.
 """
@@ -23,6 +24,10 @@ def main(argv=None) -> int:
         print(__doc__)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command == "worker":
+        from grader import cluster
+
+        return cluster.worker_main(rest)
     if command == "sandbox":
         from grader import sandbox
 

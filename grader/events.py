@@ -2,7 +2,8 @@
 
 Each phase of the grading command -- ``stage`` (reading and repairing the
 submitted files), ``execute`` (running the notebook, ``guard``), ``verdicts``
-(judging the hidden tests, ``verdicts``) -- writes its own section of
+(judging the hidden tests, ``verdicts``), ``cluster`` (the Dask task:
+worker, retries, ``grader.dispatch``) -- writes its own section of
 ``<state dir>/log/<assignment>/<student>.json``; re-running a phase replaces
 its section, so regrading is idempotent. ``report`` reads them back.
 
@@ -56,6 +57,7 @@ FLAGS = {
     "(not in feedback/, see the notes) for the instructor to review",
 }
 
+PHASES = ("stage", "execute", "verdicts", "cluster", "finish")
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]")
 
 
@@ -104,6 +106,18 @@ class Events:
         tmp.replace(self.file)
 
 
+def merge(state_dir, assignment: str, student: str, sections: dict) -> None:
+    """Put the phases of ``sections`` (a grading log written elsewhere: a
+    worker's) into this submission's log, replacing the same phases."""
+    file = path(state_dir, assignment, student)
+    data = read_file(file)
+    data.update({k: v for k, v in sections.items() if k in PHASES})
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(file)
+
+
 def read_file(file) -> dict:
     try:
         return json.loads(Path(file).read_text())
@@ -115,7 +129,7 @@ def load(state_dir, assignment: str, student: str) -> dict:
     """{"flags": {flag: [notes]}, "notes": [...]} over every phase."""
     data = read_file(path(state_dir, assignment, student))
     flags, notes = {}, []
-    for phase in ("stage", "execute", "verdicts", "finish"):
+    for phase in PHASES:
         section = data.get(phase) or {}
         for name, items in (section.get("flags") or {}).items():
             merged = flags.setdefault(name, [])

@@ -1,15 +1,18 @@
 """Grade every submission: sandboxed autograde, feedback, grades, report.
 
     python -m grader grade [--force] [--no-sandbox] [--workers N]
-        [--cell-timeout S] [--notebook-timeout S] [--memory GIB] [--total-memory GIB]
-        [--students A,B] [--report PATH] [ASSIGNMENT ...]
+        [--scheduler tcp://HOST:8786] [--cell-timeout S] [--notebook-timeout S]
+        [--memory GIB] [--total-memory GIB] [--students A,B] [--report PATH]
+        [ASSIGNMENT ...]
 
 Put submissions in ``submitted/<student>/<assignment>/<assignment>.ipynb`` (or
 collect them with ``nbgrader collect`` / ``nbgrader zip_collect``), then run
 this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 
 0. refuse to start while another run grades this course folder (a lock in
-   the grading state); check that a bubblewrap sandbox can be started
+   the grading state) or, with a PostgreSQL gradebook, this course on any
+   machine (``grader.parallel.hold_gradebook_run``); check that a bubblewrap
+   sandbox can be started
    (otherwise stop, unless ``--no-sandbox``: then every kernel runs
    unsandboxed -- UNSAFE for untrusted code -- and every submission is
    flagged ``unsandboxed``);
@@ -24,12 +27,16 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 3. stage the submissions (``grader.staging``): unreadable,
    missing or foreign notebooks are set aside, the rest rebuilt on the release
    in ``.grading/staged/`` (``submitted/`` is never changed);
-4. ``nbgrader autograde "*"`` on the staged copies -- every student in one
-   call, or with ``--workers N`` in N processes at once, each on its own part
-   of the submissions; each kernel runs in the sandbox, hidden tests are
-   judged outside it (``--force`` regrades submissions graded before);
+4. autograde on Dask (``grader.cluster``): one task per staged submission,
+   on an embedded local cluster of ``--workers`` single-threaded workers
+   (default: one per core) or on the workers of ``--scheduler`` (or
+   ``GRADER_SCHEDULER``); each runs nbgrader's Autograde in-process, the
+   kernel in the sandbox, the hidden tests judged outside it; a lost worker's
+   task runs again elsewhere (``--force`` regrades submissions graded before:
+   without it, a submission with an ``autograded/`` folder is kept);
 5. gives every submission that could not be graded a gradebook row with 0
-   points (nbgrader's gradebook API, ``auto_score``);
+   points (nbgrader's gradebook API, ``auto_score``) and the flag
+   ``grader-error`` when the grader, not the student, failed: regrade it;
 6. ``nbgrader generate_feedback "*"`` -- then checks that the feedback holds
    no hidden data, hidden-test text or reference numbers (``grader.leaks``;
    what a student wrote themselves does not count): a page that does is
@@ -45,8 +52,8 @@ Exit status: 0 when everyone was graded and written up (feedback flagged
 ``leak`` was withheld: the rest of ``feedback/`` may be released); 1 when the
 release or ``feedback/`` as a whole leaks (grades.csv and the report are still
 written; release nothing); 2 when nothing was graded (no sandbox, another run).
-Only staged copies are autograded: the staging run's id goes to the nbgrader
-processes in ``GRADER_STAGING_RUN`` (``grader.entry``).
+Only staged copies are autograded: each worker signs the copy it was sent
+into a manifest of its own (``grader.entry``).
 """
 
 import argparse
@@ -59,7 +66,7 @@ import time
 from pathlib import Path
 
 from grader import build_references as references
-from grader import events, leaks, parallel, report, sandbox, staging
+from grader import dispatch, events, leaks, parallel, report, sandbox, staging
 from grader.nbgrader_cli import ROOT, assignments_in, nbgrader
 
 BANNER = "!" * 78
@@ -179,7 +186,9 @@ def parse_args(argv):
         default="grading-report",
         help="the report: <REPORT>.json and <REPORT>.md",
     )
-    parser.add_argument("--students", help="comma-separated student ids (default: all)")
+    parser.add_argument(
+        "--students", help="only these comma-separated student ids (default: all)"
+    )
     parser.add_argument(
         "--no-sandbox",
         action="store_true",
@@ -199,9 +208,15 @@ def parse_args(argv):
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="autograde processes at once (default 1; at most one "
-        "per CPU core is useful)",
+        default=dispatch.default_workers(),
+        help="workers of the embedded Dask cluster (default: one per core; "
+        "ignored with --scheduler)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=os.environ.get("GRADER_SCHEDULER") or None,
+        help="grade on the Dask cluster at this address (tcp://HOST:8786; "
+        "default $GRADER_SCHEDULER, else an embedded local cluster)",
     )
     args = parser.parse_args(argv)
     if args.workers < 1:
@@ -276,26 +291,35 @@ def sandbox_ready(args, settings: dict) -> bool:
     return True
 
 
-def autograde(root, state, gradable, batch, workers: int, options: list) -> None:
-    """nbgrader autograde on the staged copies: one process, or ``workers``."""
+def autograde(args, root, state, gradable, settings, options):
+    """Grade the staged submissions on Dask (``grader.dispatch``); record how
+    each task went; returns (outcomes, summary)."""
+    if not args.force:  # nbgrader's rule: an autograded folder is kept
+        kept = [
+            s
+            for s in gradable
+            if (root / "autograded" / s.student / s.assignment).is_dir()
+        ]
+        for s in kept:
+            print(f"{s.student}/{s.assignment}: graded before, kept (--force regrades)")
+        gradable = [s for s in gradable if s not in kept]
     if not gradable:
-        return
-    if workers > 1:
-        parallel.run_workers(root, state, gradable, batch, workers, options)
-        return
-    staged_dir = str(state / "staged")
-    for assignment in batch:
-        nbgrader(
-            root,
-            "autograde",
-            assignment,
-            f"--CourseDirectory.submitted_directory={staged_dir}",
-            *options,
-            check=False,
-        )
+        return {}, dispatch.Summary()
+    outcomes, summary = dispatch.run(
+        root,
+        state,
+        gradable,
+        settings,
+        options,
+        sandboxed=not args.no_sandbox,
+        workers=args.workers,
+        scheduler=args.scheduler,
+    )
+    dispatch.record(state, outcomes, summary)
+    return outcomes, summary
 
 
-def finish_submissions(root, state, staged, db, course) -> dict:
+def finish_submissions(root, state, staged, db, course, outcomes) -> dict:
     """A gradebook row for every staged submission: what nbgrader could not
     grade (or never saw) gets zeros and a feedback page that says why."""
     finish = {}
@@ -303,7 +327,16 @@ def finish_submissions(root, state, staged, db, course) -> dict:
         ev = finish[s.assignment, s.student] = events.Events(
             state, s.assignment, s.student, "finish"
         )
-        if s.notebook is not None and not report.graded(
+        outcome = outcomes.get((s.assignment, s.student))
+        if outcome is not None and outcome.error:
+            shutil.rmtree(
+                root / "autograded" / s.student / s.assignment, ignore_errors=True
+            )
+            report.zero(db, course, s.assignment, s.student)
+            feedback_note(
+                root, s.student, s.assignment, [f"[grader-error] {outcome.error}"]
+            )
+        elif s.notebook is not None and not report.graded(
             db, course, s.assignment, s.student
         ):
             ev.flag(
@@ -321,7 +354,7 @@ def finish_submissions(root, state, staged, db, course) -> dict:
     return finish
 
 
-def write_report(args, root, state, settings, staged, steps) -> dict:
+def write_report(args, root, state, settings, staged, steps, summary) -> dict:
     """The report files and the table at the end of the run."""
     limits = {
         "cell": f"{settings['cell_timeout']} s",
@@ -338,7 +371,16 @@ def write_report(args, root, state, settings, staged, steps) -> dict:
         sandboxed=not args.no_sandbox,
         limits=limits,
     )
-    result["workers"], result["steps"] = args.workers, dict(steps)
+    result["steps"] = dict(steps)
+    result["cluster"] = {
+        "scheduler": summary.scheduler or "(none: nothing to grade)",
+        "embedded": not args.scheduler,
+        "workers": summary.workers,
+        "refused": summary.refused,
+        "seconds": summary.seconds,
+        "peak_rss_mib": summary.peak_rss_mib,
+    }
+    result["workers"] = len(summary.workers) - len(summary.refused)
     json_path, md_path = report.write(result, root / args.report)
     print()
     print(report.table(result))
@@ -363,6 +405,9 @@ def main(argv=None) -> int:
     state = Path(settings["state_dir"])
     try:  # held until this process ends
         course_lock = parallel.hold_course_lock(state)  # noqa: F841
+        run_lock = parallel.hold_gradebook_run(  # noqa: F841
+            settings["db_url"], settings["course_id"]
+        )
     except parallel.CourseBusy as exc:
         print(
             f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
@@ -398,8 +443,6 @@ def main(argv=None) -> int:
     students = set(args.students.split(",")) if args.students else None
     with steps("stage"):
         staged = staging.stage(root, state, todo, students)
-    # autograde accepts only this run's staged copies (grader.entry)
-    os.environ[staging.RUN_ENV] = staged[0].run if staged else ""
     for s in staged:
         if s.notebook is None:
             events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
@@ -407,8 +450,8 @@ def main(argv=None) -> int:
         parallel.ensure_students(db, course, {s.student for s in staged})
     gradable = [s for s in staged if s.notebook is not None]
     with steps("autograde"):
-        autograde(root, state, gradable, batch, args.workers, [*force, *overrides])
-    finish = finish_submissions(root, state, staged, db, course)
+        outcomes, summary = autograde(args, root, state, gradable, settings, overrides)
+    finish = finish_submissions(root, state, staged, db, course, outcomes)
 
     with steps("feedback"):
         for assignment in batch:
@@ -421,7 +464,7 @@ def main(argv=None) -> int:
         nbgrader(root, "export", "--to", args.to)
     print(f"grades written to {root / args.to}")
     steps["total"] = round(time.monotonic() - began, 2)
-    write_report(args, root, state, settings, staged, steps)
+    write_report(args, root, state, settings, staged, steps, summary)
     if problems:
         print(
             f"{BANNER}\nLEAKS outside any one student's feedback (above): do NOT "

@@ -1,42 +1,41 @@
-"""Autograde on several cores, and graders that share one gradebook.
+"""Locks and settings every grader process shares.
 
-``grade_all --workers N`` splits the staged submissions into N parts and runs
-one ``nbgrader autograde`` process per part at the same time. Each part is a
-folder of its own (``<state>/parts/<k>/<student>/<assignment>/``), so no two
-processes ever grade the same submission; every process writes its results to
-the same gradebook, its own rows only. Every student kernel runs with one thread
-(OMP / MKL / TensorFlow variables, passed into the sandbox, unless the grader
-sets them): the exercises' tensors are tiny, and a second thread made them
-slower even alone (``make bench-grading``: the six reference notebooks ran in
-30 s with one thread and 42 s with two, on two cores); more cores are used by
-more workers.
+Grading runs on Dask (``grader.cluster``, ``grader.dispatch``): one task per
+submission on the workers of an embedded local cluster or of a cluster on
+several machines, all writing one gradebook (PostgreSQL, ``NBGRADER_DB_URL``,
+across machines). Every student kernel runs with one thread (OMP / MKL /
+TensorFlow variables, passed into the sandbox, unless the grader sets them):
+the exercises' tensors are tiny, and a second thread made them slower even
+alone (``make bench-grading``: the six reference notebooks ran in 30 s with
+one thread and 42 s with two, on two cores); more cores are used by more
+workers.
 
-Several graders -- workers of one ``grade_all``, or ``grade_all`` processes on
-several machines sharing a PostgreSQL gradebook (``NBGRADER_DB_URL``) -- must not
-run the steps that create shared rows at the same time: two
-``generate_assignment`` runs, or two ``autograde`` runs creating the same
-student, both INSERT the same key and one fails. ``gradebook_lock`` serialises
-those steps: a PostgreSQL advisory lock (held by one connection for as long as
-the step runs), or, for SQLite, an exclusive ``flock`` on a file beside the
-database. ``ensure_students`` creates every student's row under that lock before
-the workers start, so autograde only updates rows that exist.
+Steps that create shared rows must not run at the same time in two
+processes: two ``generate_assignment`` runs, or two autogrades creating the
+same student, both INSERT the same key and one fails. ``gradebook_lock``
+serialises those steps: a PostgreSQL advisory lock (held by one connection
+for as long as the step runs), or, for SQLite, an exclusive ``flock`` on a
+file beside the database. ``ensure_students`` creates every student's row
+under that lock before the tasks start, so autograde only updates rows that
+exist.
 
-Different graders must grade different submissions (split the students with
-``--students``): two graders autograding the same submission at once would
-both rewrite it, and the last one wins.
+One grading run at a time per course: ``hold_course_lock`` refuses a second
+run on the same course folder, and ``hold_gradebook_run`` a second client on
+the same shared gradebook and course (another machine's course copy): two
+runs would grade the same submissions and the last one would win. The
+second run is refused (``CourseBusy``) at its start, before it stages
+anything; it can run when the first has finished.
 """
 
 import contextlib
 import fcntl
 import os
-import shutil
-import subprocess
-import sys
-import threading
 import time
+import zlib
 from pathlib import Path
 
 LOCK_KEY = 0x6174746E  # "attn": the advisory-lock key every grader uses
+RUN_LOCK_KEY = 0x72756E  # "run": with the course, the lock of a whole run
 THREAD_VARS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -44,17 +43,6 @@ THREAD_VARS = (
     "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
 )
-
-
-def partition(items: list, workers: int) -> list[list]:
-    """Split ``items`` into ``workers`` parts, round-robin in the given order.
-
-    Sorted by assignment first, every part gets about as many submissions of
-    each assignment as the others (their costs differ by assignment)."""
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    parts = [items[k::workers] for k in range(workers)]
-    return [p for p in parts if p]
 
 
 KERNEL_THREADS = 1
@@ -166,78 +154,30 @@ def ensure_students(db_url: str, course_id: str, students) -> None:
                 gb.add_student(student)
 
 
-def _pump(stream, prefix: str) -> None:
-    for line in iter(stream.readline, ""):
-        sys.stdout.write(f"{prefix}{line}")
-        sys.stdout.flush()
-    stream.close()
+def hold_gradebook_run(db_url: str, course_id: str):
+    """For a PostgreSQL gradebook: hold its run lock for ``course_id`` on a
+    connection that stays open for the rest of the run (returned; None for
+    SQLite, which only graders on one machine share: ``hold_course_lock``).
+    Raises ``CourseBusy`` when another client holds it."""
+    if not is_postgres(db_url):
+        return None
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
 
-
-def run_workers(
-    root: Path,
-    state: Path,
-    staged,
-    batch: list[str],
-    workers: int,
-    nbgrader_args: list[str],
-) -> float:
-    """Autograde ``staged`` submissions in ``workers`` processes at once.
-
-    ``batch`` are the assignment arguments of nbgrader ("*" or ids); every
-    worker runs ``nbgrader autograde`` once per batch entry on its own part.
-    Returns the wall-clock seconds. Output lines are prefixed ``[w<k>]``."""
-    from grader.nbgrader_cli import nbgrader_command
-
-    ordered = sorted(staged, key=lambda s: (s.assignment, s.student))
-    parts = partition(ordered, workers)
-    base = state / "parts"
-    shutil.rmtree(base, ignore_errors=True)
-    for k, part in enumerate(parts):
-        for s in part:
-            src = state / "staged" / s.student / s.assignment
-            shutil.copytree(src, base / str(k) / s.student / s.assignment)
-    env = kernel_env()
-    print(
-        f"autograde: {len(staged)} submissions in {len(parts)} workers "
-        f"({', '.join(str(len(p)) for p in parts)}), "
-        f"{env['OMP_NUM_THREADS']} thread(s) per kernel",
-        flush=True,
-    )
-    failures = []
-
-    def work(k: int) -> None:
-        for assignment in batch:
-            cmd, cmd_env = nbgrader_command(
-                "autograde",
-                assignment,
-                f"--CourseDirectory.submitted_directory={base / str(k)}",
-                *nbgrader_args,
-                env=env,
-            )
-            proc = subprocess.Popen(
-                cmd,
-                cwd=root,
-                env=cmd_env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            _pump(proc.stdout, f"[w{k}] ")
-            if proc.wait():
-                failures.append((k, assignment, proc.returncode))
-
-    start = time.monotonic()
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(parts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.monotonic() - start
-    for k, assignment, code in failures:
-        print(
-            f"[w{k}] nbgrader autograde {assignment} exited with {code}; its "
-            f"submissions without a grade are scored 0 below",
-            flush=True,
+    engine = create_engine(db_url, future=True, poolclass=NullPool)
+    conn = engine.connect()
+    course_key = zlib.crc32(course_id.encode()) - 2**31  # a signed 32-bit int
+    taken = conn.execute(
+        text("SELECT pg_try_advisory_lock(:a, :b)"),
+        {"a": RUN_LOCK_KEY, "b": course_key},
+    ).scalar()
+    conn.commit()
+    if not taken:
+        conn.close()
+        engine.dispose()
+        raise CourseBusy(
+            f"another grading run is grading course {course_id!r} into the "
+            f"shared gradebook (a PostgreSQL advisory lock, held until that "
+            f"run ends)"
         )
-    shutil.rmtree(base, ignore_errors=True)
-    return seconds
+    return conn

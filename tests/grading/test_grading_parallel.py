@@ -1,7 +1,9 @@
 """The pieces of parallel grading, without grading (fast).
 
-End to end: test_exercises_grading grades the whole course with two workers;
-test_gradebook_postgres runs two graders against one PostgreSQL gradebook.
+End to end: test_exercises_grading grades the whole course on the embedded
+Dask cluster; test_gradebook_postgres grades into one PostgreSQL gradebook on
+a Dask scheduler with workers of its own (a lost worker, refused workers, a
+second client refused).
 """
 
 import os
@@ -13,29 +15,119 @@ from pathlib import Path
 
 import pytest
 
-from grader import events, parallel
+from grader import cluster, events, parallel
 from grader.nbgrader_cli import nbgrader_command
 
 BIN = str(Path(sys.executable).parent)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_partition_covers_every_item_once_and_balances():
-    items = [(a, s) for a in "abc" for s in range(5)]
-    for workers in (1, 2, 3, 4, 20):
-        parts = parallel.partition(items, workers)
-        flat = [x for p in parts for x in p]
-        assert sorted(flat) == sorted(items) and len(flat) == len(set(flat))
-        assert len(parts) == min(workers, len(items))
-        sizes = [len(p) for p in parts]
-        assert max(sizes) - min(sizes) <= 1
-    # sorted by assignment, each part gets its share of every assignment
-    two = parallel.partition(items, 2)
-    for a in "abc":
-        counts = [sum(1 for x in p if x[0] == a) for p in two]
-        assert max(counts) - min(counts) <= 1
-    with pytest.raises(ValueError, match="workers must be at least 1"):
-        parallel.partition(items, 0)
+def _course_files(dest: Path) -> Path:
+    for name in cluster.VERSIONED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__py*"))
+        else:
+            shutil.copy(src, dest / name)
+    return dest
+
+
+def test_the_course_version_follows_every_file_that_decides_a_grade(tmp_path):
+    course = _course_files(tmp_path / "course")
+    first = cluster.course_version(course)
+    assert cluster.course_version(course) == first  # stable
+    (course / "grader" / "__pycache__").mkdir(exist_ok=True)
+    (course / "grader" / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert cluster.course_version(course) == first  # caches do not count
+    hidden = next((course / "solutions").glob("*/hidden/reference.npz"))
+    data = hidden.read_bytes()
+    hidden.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert cluster.course_version(course) != first  # reference data
+    hidden.write_bytes(data)
+    with open(course / "grader" / "notebooks.py", "a") as f:
+        f.write("# changed\n")
+    assert cluster.course_version(course) != first  # the grader
+
+
+def test_a_stale_worker_refuses_its_task_naming_itself_and_the_reason(
+    tmp_path, monkeypatch
+):
+    course = _course_files(tmp_path / "course")
+    monkeypatch.setenv(cluster.ROOT_ENV, str(course))
+    task = cluster.Task("ada", "addressing", "addressing", {}, 1, "0" * 16, "", "c")
+    with pytest.raises(cluster.WorkerRefused) as caught:
+        cluster.grade_task(task)
+    text = str(caught.value)
+    assert "refused ada/addressing" in text and "(pid " in text
+    assert f"version {cluster.course_version(course)}" in text and "0" * 16 in text
+    good = cluster.Task(**{**vars(task), "version": cluster.course_version(course)})
+    monkeypatch.setenv("GRADER_BWRAP", str(tmp_path / "no-bwrap"))
+    with pytest.raises(cluster.WorkerRefused, match="cannot start the sandbox"):
+        cluster.grade_task(good)
+    missing = f"sqlite:///{tmp_path / 'elsewhere' / 'gradebook.db'}"
+    off = cluster.Task(**{**vars(good), "sandboxed": False, "db_url": missing})
+    with pytest.raises(cluster.WorkerRefused, match="cannot reach the gradebook"):
+        cluster.grade_task(off)
+
+
+def test_returned_files_stay_inside_their_folder(tmp_path):
+    cluster.write_tree(tmp_path / "a" / "b", {"n.ipynb": b"{}", "d/e.txt": b"x"})
+    assert cluster.read_tree(tmp_path / "a" / "b") == {
+        "d/e.txt": b"x",
+        "n.ipynb": b"{}",
+    }
+    for name in ("../escape.txt", "/etc/passwd-copy", "d/../../x"):
+        with pytest.raises(ValueError, match="outside its folder"):
+            cluster.write_tree(tmp_path / "a" / "c", {name: b"x"})
+    assert not (tmp_path / "a" / "escape.txt").exists()
+
+
+def test_command_line_limits_become_the_workers_config():
+    assert cluster.parse_overrides(
+        [
+            "--Execute.timeout=60",
+            "--SandboxedKernelManager.sandbox=False",
+            "--SandboxedKernelManager.memory_limit=1073741824",
+            "--force",
+        ]
+    ) == {
+        "Execute": {"timeout": 60},
+        "SandboxedKernelManager": {"sandbox": False, "memory_limit": 2**30},
+    }
+
+
+def test_a_workers_private_state_draws_the_clients_inputs(tmp_path):
+    from grader import fresh
+
+    client, worker = tmp_path / "client", tmp_path / "worker"
+    seed = fresh.seed_for(fresh.secret(client), "addressing", "ada")
+    assert fresh.student_seed(worker, "addressing", "ada") != seed  # its own secret
+    fresh.pin_seed(worker, "addressing", "ada", seed)
+    assert fresh.student_seed(worker, "addressing", "ada") == seed
+    assert fresh.student_seed(worker, "addressing", "bob") == fresh.seed_for(
+        fresh.secret(worker), "addressing", "bob"
+    )
+
+
+def test_a_workers_log_sections_replace_the_same_phases(tmp_path):
+    mine = events.Events(tmp_path, "addressing", "ada", "stage")
+    mine.flag("renamed", "was x.ipynb")
+    mine.save()
+    old = events.Events(tmp_path, "addressing", "ada", "execute")
+    old.flag("timeout", "old run")
+    old.save()
+    events.merge(
+        tmp_path,
+        "addressing",
+        "ada",
+        {"execute": {"flags": {}, "notes": ["new run"]}, "bogus": {"flags": {}}},
+    )
+    data = events.read_file(events.path(tmp_path, "addressing", "ada"))
+    assert set(data) == {"stage", "execute"}
+    assert events.load(tmp_path, "addressing", "ada") == {
+        "flags": {"renamed": ["was x.ipynb"]},
+        "notes": ["[renamed] was x.ipynb", "new run"],
+    }
 
 
 def test_kernels_get_one_thread_unless_the_grader_says_otherwise():
