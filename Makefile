@@ -26,7 +26,7 @@ help:
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
 	@echo "              bench-build, bench-grading, bench-kv (KV-cache decoding speed)"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
-	@echo "              (WORKERS=n autograde processes at once; default: one per core)"
+	@echo "              (WORKERS=n Dask workers on this machine; default: one per core)"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
 	@echo "make references  - regenerate the hidden reference data solutions/*/hidden/"
 
@@ -100,7 +100,8 @@ bench-kv: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/kv_cache_speed.py --out _build/bench/kv_cache_speed.json
 
-# Autograde processes at once (default: one per CPU core).
+# Dask workers of the embedded cluster (default: one per CPU core); for a cluster
+# elsewhere: python -m grader grade --scheduler tcp://HOST:8786 (solutions/README.md).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 grade: $(DEV_STAMP)
 	$(BIN)/python -m grader grade --workers $(WORKERS)

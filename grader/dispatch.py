@@ -66,16 +66,16 @@ def open_cluster(scheduler: str | None, workers: int, root: Path):
     local cluster of ``workers`` single-threaded worker processes."""
     from distributed import Client, LocalCluster
 
-    if scheduler:
+    if scheduler:  # TLS and its certificates from Dask's config (solutions/README)
         return Client(scheduler, timeout="30s"), None
     os.environ[cluster.ROOT_ENV] = str(root)  # the local workers' course
-    try:
-        import bokeh  # noqa: F401  (the dashboard's optional dependency)
-
-        dashboard = "127.0.0.1:0"
-    except ImportError:
-        dashboard = None
+    dashboard = "127.0.0.1:0" if has_dashboard() else None
     local = LocalCluster(
+        # TLS with a throw-away certificate: the workers run code that any
+        # client of theirs sends, and on a shared machine (JupyterHub) the
+        # students' own servers can reach 127.0.0.1; without the key they
+        # cannot connect
+        security=True,
         n_workers=workers,
         threads_per_worker=1,
         processes=True,
@@ -85,6 +85,13 @@ def open_cluster(scheduler: str | None, workers: int, root: Path):
         silence_logs=logging.ERROR,
     )
     return Client(local), local
+
+
+def has_dashboard() -> bool:
+    """Whether Dask's dashboard can run here (its optional dependency)."""
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
 
 
 def _good_workers(client, refused) -> list[str]:
@@ -120,7 +127,8 @@ def run(root, state, gradable, settings, options, sandboxed, workers, scheduler)
     client, local = open_cluster(scheduler, workers, root)
     summary = Summary(scheduler=client.scheduler.address)
     try:
-        summary.dashboard = getattr(client, "dashboard_link", "") or ""
+        if has_dashboard():
+            summary.dashboard = getattr(client, "dashboard_link", "") or ""
         if local is None:
             client.wait_for_workers(1, timeout=600)
         good = check_workers(client, version, sandboxed, settings["db_url"], summary)

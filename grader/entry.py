@@ -11,10 +11,10 @@ that. ``RequireStaged`` runs first in the autograde pipeline
 writes no score and shows the message -- unless the notebook comes from this
 grading run's staging:
 
-* nbgrader read it from a folder inside the grader's state folder
-  (``<state>/staged`` or a worker's ``<state>/parts/<k>``);
-* the run id in ``GRADER_STAGING_RUN`` (set by ``grade_all`` for the nbgrader
-  processes it starts) is the one of ``<state>/staged-manifest.json``;
+* nbgrader read it from ``<state>/staged`` inside the state folder it was
+  given (a grading worker's private one, ``grader.cluster``);
+* the run id in ``GRADER_STAGING_RUN`` (set by the worker for the Autograde
+  it runs) is the one of ``<state>/staged-manifest.json``;
 * the manifest holds, for this student, assignment and notebook, the HMAC of
   (run, student, assignment, notebook, SHA-256 of the file's bytes) with the
   course secret (``grader.fresh.sign``), and it matches the file nbgrader read.
@@ -68,7 +68,7 @@ def check(
         return "no grader state folder is configured"
     state = Path(state_dir)
     folder = Path(folder)
-    if not (_inside(folder, state / "staged") or _inside(folder, state / "parts")):
+    if not _inside(folder, state / "staged"):
         return (
             f"it was read from {folder}, not from the grader's staged copies "
             f"in {state / 'staged'}"

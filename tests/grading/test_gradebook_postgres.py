@@ -12,9 +12,19 @@ holds the gradebook instead of the course's gradebook.db:
   marks, the blank release 0, typical bugs lose their cells), grades.csv, and
   no SQLite file;
 * two course copies (two graders' machines) share one PostgreSQL gradebook and
-  run ``grade_all`` at the same time on disjoint halves of the students: one
-  submission row per student with the right scores, no duplicates, and a later
-  ``--force`` regrade changes nothing.
+  start ``grade_all`` at the same time on halves of the students: the second
+  is refused at its start (one run per course and gradebook), grades nothing,
+  and grades its half once the first has finished: one submission row per
+  student with the right scores, no duplicates, and a later ``--force``
+  regrade changes nothing;
+* a real Dask cluster on loopback -- ``dask scheduler`` and four
+  ``python -m grader worker`` processes: two good ones, one whose course copy
+  differs and one that cannot start the sandbox -- grades the students plus
+  ``sleeper`` (a correct solution that sleeps 30 s) with ``--scheduler``; the
+  test SIGKILLs the worker that is grading ``sleeper``: it is graded again on
+  the other one, the report says which worker was lost and names the two
+  refused workers with their reasons, and scores, flags and gradebook rows are
+  the ones the embedded cluster of (b) produced.
 
 The submissions are the ones test_exercises_grading builds (reference, blank,
 bug1, bug2) plus bug3 (test_exercises_bugs) and a second reference. Needs
@@ -24,7 +34,11 @@ failed when CI=true. The repository is not touched.
 
 import csv
 import json
+import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +48,7 @@ from pathlib import Path
 import pytest
 from support.grading import (
     ROOT,
+    copy_course,
     environment,
     expected_lost,
     make_course,
@@ -54,6 +69,8 @@ TIMEOUT = 600  # seconds for one grade_all run
 EXTRA = ("bug3", "reference-2")  # beyond make_course's reference, blank, bug1, bug2
 STUDENTS = ("reference", "blank", "bug1", "bug2", *EXTRA)
 HALVES = (("reference", "blank", "bug3"), ("bug1", "bug2", "reference-2"))
+SLEEPER = "sleeper"  # a correct solution that sleeps in a solution cell
+SLEEP = 30
 
 
 def expected_scores(student: str) -> dict:
@@ -61,7 +78,8 @@ def expected_scores(student: str) -> dict:
     full = points(A)
     if student == "blank":
         return dict.fromkeys(full, 0)
-    lost = set() if student.startswith("reference") else expected_lost(A, student)
+    honest = student.startswith("reference") or student == SLEEPER
+    lost = set() if honest else expected_lost(A, student)
     return {g: 0 if g in lost else p for g, p in full.items()}
 
 
@@ -222,26 +240,32 @@ def test_gradebook_api_on_postgres(postgres_url, monkeypatch):  # noqa: F811
 
 
 # ------------------------------------------------------------------- (b)
-def test_grade_all_into_postgres(
-    postgres_url,  # noqa: F811  (the fixture)
-    sandbox_tools,  # noqa: F811
-    tmp_path,
-):
-    root = build_course(tmp_path / "course")
+@pytest.fixture(scope="module")
+def one_machine(postgres_server, sandbox_tools, tmp_path_factory):  # noqa: F811
+    """grade_all on the embedded Dask cluster, into PostgreSQL."""
+    url = postgres_server.create_database(f"one_{uuid.uuid4().hex[:12]}")
+    root = build_course(tmp_path_factory.mktemp("postgres-one") / "course")
     start = time.monotonic()
-    code = finish(*start_grading(root, postgres_url))
+    code = finish(*start_grading(root, url))
     print(
         f"\ngrade_all --workers {WORKERS}, {len(STUDENTS)} students: "
         f"{time.monotonic() - start:.0f} s"
     )
-    assert code == 0, log_tail(root)
-    check_gradebook(gradebook_rows(postgres_url), STUDENTS)
+    return {"url": url, "root": root, "code": code}
+
+
+def test_grade_all_into_postgres(one_machine):
+    root, url = one_machine["root"], one_machine["url"]
+    assert one_machine["code"] == 0, log_tail(root)
+    check_gradebook(gradebook_rows(url), STUDENTS)
     rows = grades_csv(root)
     assert sorted(r["student_id"] for r in rows) == sorted(STUDENTS)
     report = json.loads((root / "grading-report.json").read_text())
     assert {r["student"]: r["score"] for r in report["rows"]} == pytest.approx(
         {s: sum(expected_scores(s).values()) for s in STUDENTS}
     )
+    assert report["cluster"]["embedded"]
+    assert len(report["cluster"]["workers"]) == WORKERS
     assert not (root / "gradebook.db").exists()
     assert not list(root.rglob("gradebook.db*"))  # nothing went to SQLite
 
@@ -249,7 +273,8 @@ def test_grade_all_into_postgres(
 # ------------------------------------------------------------------- (c)
 @pytest.fixture(scope="module")
 def two_graders(postgres_server, sandbox_tools, tmp_path_factory):  # noqa: F811
-    """Two course copies grading disjoint halves into one gradebook at once."""
+    """Two course copies start grading halves into one gradebook at once; the
+    one refused runs again when the other has finished."""
     url = postgres_server.create_database(f"shared_{uuid.uuid4().hex[:12]}")
     base = tmp_path_factory.mktemp("postgres-graders")
     roots = [build_course(base / f"machine{i}") for i in (1, 2)]
@@ -259,16 +284,33 @@ def two_graders(postgres_server, sandbox_tools, tmp_path_factory):  # noqa: F811
         for root, half in zip(roots, HALVES, strict=True)
     ]
     codes = [finish(*run) for run in runs]
+    again = []
+    for root, half, code in zip(roots, HALVES, codes, strict=True):
+        if code == 2:
+            shutil.copy(root / "grade_all.log", root / "refused.log")
+            again.append(
+                finish(*start_grading(root, url, "--students", ",".join(half)))
+            )
     print(
-        f"\ntwo graders at once, {len(STUDENTS)} students: "
+        f"\ntwo graders, one refused and run again, {len(STUDENTS)} students: "
         f"{time.monotonic() - start:.0f} s"
     )
-    return {"url": url, "roots": roots, "codes": codes}
+    return {"url": url, "roots": roots, "codes": codes, "again": again}
+
+
+def test_a_second_grader_on_the_shared_gradebook_is_refused(two_graders):
+    assert sorted(two_graders["codes"]) == [0, 2], two_graders["codes"]
+    refused = [r for r in two_graders["roots"] if (r / "refused.log").exists()]
+    assert len(refused) == 1
+    text = (refused[0] / "refused.log").read_text()
+    assert "another grading run is grading course 'attention-course'" in text
+    assert "Nothing was graded" in text and "$ nbgrader" not in text
+    assert two_graders["again"] == [0], log_tail(refused[0])
 
 
 def test_two_graders_share_one_gradebook(two_graders):
-    for root, code in zip(two_graders["roots"], two_graders["codes"], strict=True):
-        assert code == 0, log_tail(root)
+    if two_graders["again"] != [0]:
+        pytest.skip("the second grader did not finish (see the test above)")
     check_gradebook(gradebook_rows(two_graders["url"]), STUDENTS)
     for root, half in zip(two_graders["roots"], HALVES, strict=True):
         assert not list(root.rglob("gradebook.db*"))
@@ -282,8 +324,8 @@ def test_two_graders_share_one_gradebook(two_graders):
 def test_forced_regrade_changes_nothing(two_graders):
     """Machine 1 regrades one of its students and one of machine 2's."""
     url, root = two_graders["url"], two_graders["roots"][0]
-    if two_graders["codes"] != [0, 0]:
-        pytest.skip("the concurrent grading failed (see the test above)")
+    if two_graders["again"] != [0]:
+        pytest.skip("the two graders failed (see the tests above)")
     before = gradebook_rows(url)
     again = [HALVES[0][0], HALVES[1][1]]
     code = finish(
@@ -299,3 +341,151 @@ def test_forced_regrade_changes_nothing(two_graders):
     assert after["students"] == before["students"]
     assert after["ids"] == before["ids"]  # the same rows, updated in place
     check_gradebook(after, STUDENTS)
+
+
+# ------------------------------------------------------------------- (d)
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sleeper_course(dest: Path) -> Path:
+    """The students of (b) and ``sleeper``: the reference solution whose first
+    solution cell sleeps first."""
+    build_course(dest)
+    release = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
+    solutions = student_solutions(A, "reference")
+    first = next(iter(solutions))
+    solutions[first] = f"import time\ntime.sleep({SLEEP})\n" + solutions[first]
+    nbs.write(
+        nbs.submission(release, solutions),
+        dest / "submitted" / SLEEPER / A / f"{A}.ipynb",
+    )
+    return dest
+
+
+class Cluster:
+    """``dask scheduler`` and named ``python -m grader worker`` processes."""
+
+    def __init__(self, base: Path):
+        self.base, self.address = base, f"tcp://127.0.0.1:{free_port()}"
+        self.procs = {}
+        port = self.address.rsplit(":", 1)[1]
+        self._start(
+            "scheduler",
+            [str(Path(sys.executable).parent / "dask"), "scheduler"]
+            + ["--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+            dict(os.environ),
+        )
+
+    def _start(self, name, cmd, env):
+        log = open(self.base / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.base
+        )
+
+    def worker(self, name: str, course: Path, **env) -> None:
+        self._start(
+            name,
+            [sys.executable, "-m", "grader", "worker", self.address]
+            + ["--name", name, "--no-nanny", "--no-dashboard"],
+            {**environment(course), "GRADER_COURSE_ROOT": str(course), **env},
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def kill_the_sleepers_worker(client, cluster, deadline) -> str:
+    """SIGKILL the worker that started grading ``sleeper``; its address."""
+    from grader import cluster as grading
+
+    key = f"{SLEEPER}/{A}"
+    while time.monotonic() < deadline:
+        for _, msg in client.get_events(grading.EVENTS):
+            if isinstance(msg, dict) and msg.get("key") == key:
+                name = client.scheduler_info()["workers"][msg["worker"]]["name"]
+                time.sleep(SLEEP / 3)  # well inside the sleeping cell
+                cluster.procs[name].send_signal(signal.SIGKILL)
+                return msg["worker"]
+        time.sleep(0.5)
+    raise AssertionError("no worker started grading the sleeper")
+
+
+@pytest.fixture(scope="module")
+def on_a_cluster(postgres_server, sandbox_tools, tmp_path_factory):  # noqa: F811
+    from distributed import Client
+
+    url = postgres_server.create_database(f"dask_{uuid.uuid4().hex[:12]}")
+    base = tmp_path_factory.mktemp("dask")
+    root = sleeper_course(base / "course")
+    stale = base / "stale"
+    copy_course(stale, [A])
+    with open(stale / "grader" / "notebooks.py", "a") as f:
+        f.write("# an older grader\n")
+    cluster = Cluster(base)
+    try:
+        for name in ("good-1", "good-2"):
+            cluster.worker(name, root)
+        cluster.worker("stale", stale)
+        cluster.worker("no-sandbox", root, GRADER_BWRAP=str(base / "no-bwrap"))
+        with Client(cluster.address, timeout="60s") as client:
+            client.wait_for_workers(4, timeout=180)
+            names = {
+                a: w["name"] for a, w in client.scheduler_info()["workers"].items()
+            }
+            start = time.monotonic()
+            run = start_grading(root, url, "--scheduler", cluster.address)
+            killed = kill_the_sleepers_worker(client, cluster, start + 300)
+            code = finish(*run)
+        print(f"\ngrade_all on a Dask cluster: {time.monotonic() - start:.0f} s")
+    finally:
+        cluster.stop()
+    return {"url": url, "root": root, "code": code, "killed": killed, "names": names}
+
+
+def report_rows(root: Path) -> dict:
+    report = json.loads((root / "grading-report.json").read_text())
+    return {r["student"]: r for r in report["rows"]}
+
+
+def test_a_cluster_grades_as_one_machine_does(on_a_cluster, one_machine):
+    root = on_a_cluster["root"]
+    assert on_a_cluster["code"] == 0, log_tail(root)
+    # one submission, one set of rows per student: the sleeper's retry too
+    check_gradebook(gradebook_rows(on_a_cluster["url"]), (*STUDENTS, SLEEPER))
+    here, there = report_rows(root), report_rows(one_machine["root"])
+    for student in STUDENTS:
+        assert (here[student]["score"], here[student]["flags"]) == (
+            there[student]["score"],
+            there[student]["flags"],
+        ), student
+    assert here[SLEEPER]["score"] == sum(points(A).values())
+    assert here[SLEEPER]["flags"] == []
+
+
+def test_a_lost_worker_is_regraded_elsewhere_and_reported(on_a_cluster):
+    root, killed = on_a_cluster["root"], on_a_cluster["killed"]
+    note = f"the Dask worker {killed} was lost while grading this submission"
+    assert any(n.startswith(note) for n in report_rows(root)[SLEEPER]["notes"])
+    names = on_a_cluster["names"]
+    graded_on = re.search(
+        rf"{SLEEPER}/{A}: graded on (\S+) ", log_tail(root, chars=10**6)
+    )
+    assert graded_on and names[graded_on.group(1)] in ("good-1", "good-2")
+    assert graded_on.group(1) != killed
+
+
+def test_workers_that_cannot_grade_are_refused_with_their_reasons(on_a_cluster):
+    root, names = on_a_cluster["root"], on_a_cluster["names"]
+    report = json.loads((root / "grading-report.json").read_text())
+    refused = {names[w]: why for w, why in report["cluster"]["refused"].items()}
+    assert set(refused) == {"stale", "no-sandbox"}
+    assert "the client's is" in refused["stale"] and "/stale)" in refused["stale"]
+    assert "cannot start the sandbox" in refused["no-sandbox"]
+    log = log_tail(root, chars=10**6)
+    graded_on = set(re.findall(r": graded on (\S+) ", log))
+    assert {names[w] for w in graded_on} <= {"good-1", "good-2"}

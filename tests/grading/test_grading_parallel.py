@@ -280,3 +280,26 @@ def test_a_second_grading_run_on_one_course_is_refused(tmp_path):
     # the lock goes with the process that held it
     handle = parallel.hold_course_lock(state)
     handle.close()
+
+
+def test_the_embedded_cluster_admits_only_its_own_client(tmp_path):
+    """The workers run whatever a client of theirs sends: on a shared machine
+    the students' own servers reach 127.0.0.1, so the embedded cluster speaks
+    TLS with a key only the grading command holds."""
+    from distributed import Client
+    from distributed.security import Security
+
+    from grader import dispatch
+
+    client, local = dispatch.open_cluster(None, 1, ROOT)
+    try:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:"), address
+        assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+        with pytest.raises((OSError, TimeoutError)):  # no TLS
+            Client(address.replace("tls://", "tcp://"), timeout="3s")
+        with pytest.raises((OSError, TimeoutError)):  # TLS with a key of its own
+            Client(address, security=Security.temporary(), timeout="3s")
+    finally:
+        client.close()
+        local.close()
