@@ -68,6 +68,13 @@ MAX_TASK_FILES = 64 * 2**20  # bytes of files one task sends or returns
 class WorkerRefused(RuntimeError):
     """A worker cannot grade for this client (course version, sandbox...)."""
 
+    def __init__(self, worker: str, key: str, reason: str):
+        super().__init__(worker, key, reason)
+        self.worker, self.key, self.reason = worker, key, reason
+
+    def __str__(self) -> str:
+        return f"worker {self.worker} refused {self.key}: {self.reason}"
+
 
 @dataclass
 class Task:
@@ -175,7 +182,7 @@ def grade_task(task: Task) -> dict:
     worker = worker_name()
     problem = worker_problem(task.version, task.sandboxed, task.db_url)
     if problem:
-        raise WorkerRefused(f"worker {worker} refused {task.key}: {problem}")
+        raise WorkerRefused(worker, task.key, problem)
     with _ONE_AT_A_TIME:
         _started(task, worker)
         began = time.monotonic()

@@ -172,6 +172,14 @@ def _queue(client, tasks, outcomes, summary, state, root, as_completed):
     """Submit every task, take the results as they come, resubmit refusals."""
     from distributed import KilledWorker
 
+    starts = {}  # task key -> workers that started it (live, Dask events)
+
+    def started(event) -> None:
+        _, message = event
+        if isinstance(message, dict):
+            starts.setdefault(message.get("key"), []).append(message.get("worker"))
+
+    client.subscribe_topic(cluster.EVENTS, started)
     futures = {_submit(client, t, summary.refused): key for key, t in tasks.items()}
     refusals = dict.fromkeys(tasks, 0)
     done = failed = 0
@@ -180,15 +188,18 @@ def _queue(client, tasks, outcomes, summary, state, root, as_completed):
         key = futures.pop(future)
         task, outcome = tasks[key], outcomes[key]
         if future.status == "finished":
-            result = future.result()
-            _store(root, state, task, result, outcome)
+            try:
+                _store(root, state, task, future.result(), outcome)
+            except Exception as exc:  # noqa: BLE001  (one submission, not the run)
+                outcome.error = (
+                    f"its result could not be stored: {type(exc).__name__}: {exc}"
+                )
         else:
             exc = future.exception()
             text = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, cluster.WorkerRefused) and refusals[key] < MAX_REFUSALS:
                 refusals[key] += 1
-                worker, _, reason = str(exc).partition(" refused ")
-                summary.refused.setdefault(worker.removeprefix("worker "), reason)
+                summary.refused.setdefault(exc.worker, exc.reason)
                 print(f"{exc}; sent to another worker", flush=True)
                 retry = _submit(client, task, summary.refused)
                 futures[retry] = key
@@ -211,9 +222,23 @@ def _queue(client, tasks, outcomes, summary, state, root, as_completed):
                 if outcome.worker
                 else ""
             )
-            + (f"  ({failed} failed so far)" if failed else ""),
+            + progress(done, len(tasks), failed, starts),
             flush=True,
         )
+    client.unsubscribe_topic(cluster.EVENTS)
+
+
+def progress(done: int, total: int, failed: int, starts: dict, width: int = 20) -> str:
+    """``  [#########...........] 45%  1 failed, 2 retried`` (a log line's end)."""
+    filled = round(width * done / max(total, 1))
+    retried = sum(len(workers) > 1 for workers in starts.values())
+    counts = [
+        f"{n} {what}" for n, what in ((failed, "failed"), (retried, "retried")) if n
+    ]
+    return (
+        f"  [{'#' * filled}{'.' * (width - filled)}] {100 * done // max(total, 1)}%"
+        + (f"  {', '.join(counts)}" if counts else "")
+    )
 
 
 def _store(root, state, task, result, outcome) -> None:

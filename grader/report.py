@@ -194,6 +194,19 @@ def markdown(report: dict) -> str:
             f"worker(s)): "
             + ", ".join(f"{k} {v:g}" for k, v in report["steps"].items()),
         ]
+    cluster = report.get("cluster") or {}
+    if cluster.get("workers"):
+        kind = "embedded local cluster" if cluster.get("embedded") else "cluster"
+        lines += [
+            "",
+            f"Autograded on the Dask {kind} at {md(cluster['scheduler'])}: "
+            f"{len(cluster['workers'])} worker(s), the largest grading process "
+            f"{cluster.get('peak_rss_mib', 0)} MiB.",
+        ]
+        lines += [
+            f"- worker {md(w)} refused: {md(why)}"
+            for w, why in sorted(cluster.get("refused", {}).items())
+        ]
     flagged = [r for r in report["rows"] if r["flags"] or r["notes"]]
     if flagged:
         lines += ["", "## What happened", ""]
