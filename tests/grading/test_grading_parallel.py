@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -303,3 +304,88 @@ def test_the_embedded_cluster_admits_only_its_own_client(tmp_path):
     finally:
         client.close()
         local.close()
+
+
+def test_a_task_refused_by_a_worker_goes_to_another(tmp_path, monkeypatch):
+    """A worker that joined after the client's check refuses its task: the
+    task is sent to the others, the refusal is reported, nothing is lost."""
+    from distributed import Client, LocalCluster, as_completed
+
+    from grader import dispatch
+
+    with (
+        LocalCluster(
+            n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
+        bad = sorted(client.scheduler_info()["workers"])[0]
+
+        def fake(task):
+            from distributed import get_worker
+
+            worker = get_worker().address
+            if worker == bad:
+                raise cluster.WorkerRefused(worker, task.key, "an older course")
+            files = {f"{task.notebook}.ipynb": task.student.encode()}
+            return {"success": True, "files": files, "events": {}, "worker": worker}
+
+        monkeypatch.setattr(cluster, "grade_task", fake)
+        tasks = {
+            ("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c")
+            for s in ("s1", "s2", "s3", "s4")
+        }
+        outcomes = {k: dispatch.Outcome() for k in tasks}
+        summary = dispatch.Summary()
+        dispatch._queue(
+            client, tasks, outcomes, summary, tmp_path, tmp_path, as_completed
+        )
+    assert summary.refused == {bad: "an older course"}
+    for (a, s), outcome in outcomes.items():
+        assert not outcome.error and outcome.worker != bad
+        assert (tmp_path / "autograded" / s / a / "a.ipynb").read_bytes() == s.encode()
+
+
+def test_a_task_that_cannot_be_graded_is_a_grader_error_not_a_silent_zero(
+    tmp_path, monkeypatch
+):
+    from distributed import Client, KilledWorker, LocalCluster, as_completed
+
+    from grader import dispatch
+
+    def fake(task):
+        if task.student == "lost":
+            raise KilledWorker(task.key, SimpleNamespace(address="tcp://gone"), 3)
+        if task.student == "broken":
+            raise OSError("the worker's disk is full")
+        return {"success": False, "error": "Traceback\nValueError: bad cell"}
+
+    monkeypatch.setattr(cluster, "grade_task", fake)
+    tasks = {
+        ("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c")
+        for s in ("lost", "broken", "failed")
+    }
+    outcomes = {k: dispatch.Outcome() for k in tasks}
+    with (
+        LocalCluster(
+            n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
+        dispatch._queue(
+            client,
+            tasks,
+            outcomes,
+            dispatch.Summary(),
+            tmp_path,
+            tmp_path,
+            as_completed,
+        )
+    assert "were lost more often than" in outcomes["a", "lost"].error
+    assert "OSError: the worker's disk is full" in outcomes["a", "broken"].error
+    assert "ValueError: bad cell" in outcomes["a", "failed"].error
+    dispatch.record(tmp_path, outcomes, dispatch.Summary())
+    for student in ("lost", "broken", "failed"):
+        flags = events.load(tmp_path, "a", student)["flags"]
+        assert list(flags) == ["grader-error"]
+    assert not (tmp_path / "autograded").exists()
