@@ -26,8 +26,10 @@ there, outside the sandbox) and
    start per call), which runs the kernel in the sandbox, judges the hidden
    tests and writes the gradebook rows of this submission -- nbgrader's
    updates are keyed by (assignment, student), so a rerun replaces them;
-3. returns the autograded folder and the events of the run; the client writes
-   ``autograded/`` and the grading log, so workers need no shared file system
+3. runs nbgrader's ``GenerateFeedback`` there too, and returns the autograded
+   folder, the feedback page and the events of the run; the client writes
+   ``autograded/``, ``feedback/`` and the grading log (and scans the feedback
+   for leaks before anything is released), so workers need no shared file system
    (the gradebook is the shared one: PostgreSQL, ``NBGRADER_DB_URL``; SQLite
    only where every worker sees the same file, as on one machine).
 
@@ -217,15 +219,10 @@ def _started(task: Task, worker: str) -> None:
 
 
 def _grade_in(tmp: Path, task: Task) -> dict:
-    state, out = tmp / "state", tmp / "autograded"
+    state, out, feedback = tmp / "state", tmp / "autograded", tmp / "feedback"
     folder = state / "staged" / task.student / task.assignment
     folder.mkdir(parents=True)
-    for name, data in task.files.items():
-        path = (folder / name).resolve()
-        if not path.is_relative_to(folder):
-            raise ValueError(f"a staged file outside its folder: {name!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    write_tree(folder, task.files)
     from grader import fresh
 
     fresh.pin_seed(state, task.assignment, task.student, task.seed)
@@ -234,22 +231,37 @@ def _grade_in(tmp: Path, task: Task) -> dict:
     staging.write_manifest(
         state, run, [staging.Staged(task.student, task.assignment, notebook)]
     )
-    outcome = autograde_here(task, state, out, run)
+    config = nbgrader_config(task, state, out, feedback)
+    os.environ.update(parallel.kernel_env())
+    os.environ["GRADER_GRADE_ALL"] = "1"
+    os.environ[staging.RUN_ENV] = run
+    from nbgrader.apps.autogradeapp import Autograde
+    from nbgrader.apps.generatefeedbackapp import GenerateFeedback
+
+    outcome = run_app(Autograde, config, task, create_student=True)
     graded = out / task.student / task.assignment
     outcome["files"] = read_tree(graded) if graded.is_dir() else {}
     outcome["events"] = _events.read_file(
         _events.path(state, task.assignment, task.student)
     )
+    outcome["feedback"] = {}
+    if outcome["success"] and outcome["files"]:
+        made = run_app(GenerateFeedback, config, task)
+        page = feedback / task.student / task.assignment
+        if made["success"] and page.is_dir():
+            outcome["feedback"] = read_tree(page)
+        outcome["log"] += made["log"]
+        outcome["feedback_error"] = made["error"]
     return outcome
 
 
-def autograde_here(task: Task, state: Path, out: Path, run: str) -> dict:
-    """nbgrader's Autograde app, in this process, on one staged submission."""
-    from nbgrader.apps.autogradeapp import Autograde
-    from nbgrader.coursedir import CourseDirectory
-    from nbgrader.utils import capture_log
+def nbgrader_config(task: Task, state: Path, out: Path, feedback: Path):
+    """The course's nbgrader configuration with this task's settings and
+    private folders (the staged copy, autograded/, feedback/, grading state)."""
     from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
+
+    from grader.hooks import strip_hidden
 
     root = worker_root()
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
@@ -261,23 +273,33 @@ def autograde_here(task: Task, state: Path, out: Path, run: str) -> dict:
                     "root": str(root),
                     "submitted_directory": str(state / "staged"),
                     "autograded_directory": str(out),
+                    "feedback_directory": str(feedback),
                     "db_url": task.db_url,
                     "course_id": task.course_id,
                 },
                 "GuardedExecute": {"state_dir": str(state)},
                 "JudgeHiddenTests": {"state_dir": str(state)},
                 "RequireStaged": {"state_dir": str(state)},
+                "GenerateFeedback": {"post_convert_hook": strip_hidden(feedback)},
             }
         )
     )
-    os.environ.update(parallel.kernel_env())
-    os.environ["GRADER_GRADE_ALL"] = "1"
-    os.environ[staging.RUN_ENV] = run
+    return config
+
+
+def run_app(app_class, config, task: Task, **flags) -> dict:
+    """One of nbgrader's converter apps, in this process, on this submission
+    (forced: the task's folders are new)."""
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.utils import capture_log
+
     coursedir = CourseDirectory(config=config)
     coursedir.assignment_id, coursedir.student_id = task.assignment, task.student
-    app = Autograde(coursedir=coursedir, config=config)
-    app.force, app.create_student = True, True
-    with contextlib.chdir(root):
+    app = app_class(coursedir=coursedir, config=config)
+    app.force = True
+    for name, value in flags.items():
+        setattr(app, name, value)
+    with contextlib.chdir(worker_root()):
         result = capture_log(app)
     return {
         "success": bool(result.get("success")),
@@ -300,7 +322,8 @@ def read_tree(folder: Path) -> dict:
 
 
 def write_tree(folder: Path, files: dict) -> None:
-    """Replace ``folder`` with ``files`` (paths must stay inside it)."""
+    """Replace ``folder`` with ``files`` (paths must stay inside it: staged
+    files on a worker, returned ones on the client)."""
     import shutil
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -309,7 +332,7 @@ def write_tree(folder: Path, files: dict) -> None:
     for name, data in files.items():
         path = (base / name).resolve()
         if not path.is_relative_to(base):
-            raise ValueError(f"a returned file outside its folder: {name!r}")
+            raise ValueError(f"a file outside its folder: {name!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
 

@@ -11,6 +11,7 @@ the reason, for the ``grader-error`` flag.
 
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,6 +255,16 @@ def _store(root, state, task, result, outcome) -> None:
         cluster.write_tree(
             root / "autograded" / task.student / task.assignment, result["files"]
         )
+        page = root / "feedback" / task.student / task.assignment
+        if result.get("feedback"):
+            cluster.write_tree(page, result["feedback"])
+        else:  # generate_feedback on the client makes it (grade_all)
+            shutil.rmtree(page, ignore_errors=True)
+            print(
+                f"[{task.key}] no feedback from {outcome.worker}: "
+                f"{(result.get('feedback_error') or '?').strip().splitlines()[-1:]}",
+                flush=True,
+            )
         return
     outcome.error = (
         f"nbgrader could not grade it on {outcome.worker}: "

@@ -37,7 +37,9 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 5. gives every submission that could not be graded a gradebook row with 0
    points (nbgrader's gradebook API, ``auto_score``) and the flag
    ``grader-error`` when the grader, not the student, failed: regrade it;
-6. ``nbgrader generate_feedback "*"`` -- then checks that the feedback holds
+6. the feedback page of each graded submission (nbgrader's GenerateFeedback,
+   run by the worker after the autograde; ``nbgrader generate_feedback`` here
+   for any graded submission without one) -- then checks that the feedback holds
    no hidden data, hidden-test text or reference numbers (``grader.leaks``;
    what a student wrote themselves does not count): a page that does is
    moved to ``<state>/quarantine/`` (never released) and its submission
@@ -435,7 +437,6 @@ def main(argv=None) -> int:
     # one nbgrader process per step: "*" covers every assignment at once
     batch = ["*"] if not args.assignments else todo
     db, course = settings["db_url"], settings["course_id"]
-    force = ["--force"] if args.force else []
     with steps("generate"), parallel.gradebook_lock(db):
         for assignment in batch:
             nbgrader(root, "generate_assignment", assignment, "--force")
@@ -453,9 +454,15 @@ def main(argv=None) -> int:
         outcomes, summary = autograde(args, root, state, gradable, settings, overrides)
     finish = finish_submissions(root, state, staged, db, course, outcomes)
 
-    with steps("feedback"):
-        for assignment in batch:
-            nbgrader(root, "generate_feedback", assignment, *force)
+    with steps("feedback"):  # the workers made it; what is missing, here
+        missing = [
+            s
+            for s in gradable
+            if (root / "autograded" / s.student / s.assignment).is_dir()
+            and not (root / "feedback" / s.student / s.assignment).is_dir()
+        ]
+        for assignment in sorted({s.assignment for s in missing}):
+            nbgrader(root, "generate_feedback", assignment)
     with steps("leak scan"):
         problems = withhold_leaks(root, state, finish)
     for p in problems:
