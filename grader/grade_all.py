@@ -397,6 +397,49 @@ def write_report(args, root, state, settings, staged, steps, summary) -> dict:
     return result
 
 
+def take_run_locks(settings: dict, state: Path):
+    """This course folder's lock and, with a PostgreSQL gradebook, the lock of
+    this course in it (``grader.parallel``); None, said why, if either is held."""
+    try:
+        return (
+            parallel.hold_course_lock(state),
+            parallel.hold_gradebook_run(settings["db_url"], settings["course_id"]),
+        )
+    except parallel.CourseBusy as exc:
+        print(
+            f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
+            f"finished.\n{BANNER}",
+            flush=True,
+        )
+        return None
+
+
+def missing_feedback(root: Path, gradable) -> None:
+    """The workers made each graded submission's feedback page; make here the
+    ones missing (a worker's GenerateFeedback failed, or an older run's)."""
+    missing = [
+        s
+        for s in gradable
+        if (root / "autograded" / s.student / s.assignment).is_dir()
+        and not (root / "feedback" / s.student / s.assignment).is_dir()
+    ]
+    for assignment in sorted({s.assignment for s in missing}):
+        nbgrader(root, "generate_feedback", assignment)
+
+
+def stage(args, root, state, todo, db, course) -> list:
+    """Stage the submissions (``grader.staging``); every student gets a
+    gradebook row before any task writes one."""
+    students = set(args.students.split(",")) if args.students else None
+    staged = staging.stage(root, state, todo, students)
+    for s in staged:
+        if s.notebook is None:
+            events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
+    with parallel.gradebook_lock(db):
+        parallel.ensure_students(db, course, {s.student for s in staged})
+    return staged
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     steps = Steps()
@@ -405,17 +448,8 @@ def main(argv=None) -> int:
     os.environ.update(parallel.kernel_env())  # one thread per student kernel
     settings = course_config(root)
     state = Path(settings["state_dir"])
-    try:  # held until this process ends
-        course_lock = parallel.hold_course_lock(state)  # noqa: F841
-        run_lock = parallel.hold_gradebook_run(  # noqa: F841
-            settings["db_url"], settings["course_id"]
-        )
-    except parallel.CourseBusy as exc:
-        print(
-            f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
-            f"finished.\n{BANNER}",
-            flush=True,
-        )
+    locks = take_run_locks(settings, state)  # noqa: F841  (held until the end)
+    if locks is None:
         return 2
     overrides = limit_overrides(args, settings)
     if not sandbox_ready(args, settings):
@@ -441,28 +475,15 @@ def main(argv=None) -> int:
         for assignment in batch:
             nbgrader(root, "generate_assignment", assignment, "--force")
 
-    students = set(args.students.split(",")) if args.students else None
     with steps("stage"):
-        staged = staging.stage(root, state, todo, students)
-    for s in staged:
-        if s.notebook is None:
-            events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
-    with parallel.gradebook_lock(db):
-        parallel.ensure_students(db, course, {s.student for s in staged})
+        staged = stage(args, root, state, todo, db, course)
     gradable = [s for s in staged if s.notebook is not None]
     with steps("autograde"):
         outcomes, summary = autograde(args, root, state, gradable, settings, overrides)
     finish = finish_submissions(root, state, staged, db, course, outcomes)
 
-    with steps("feedback"):  # the workers made it; what is missing, here
-        missing = [
-            s
-            for s in gradable
-            if (root / "autograded" / s.student / s.assignment).is_dir()
-            and not (root / "feedback" / s.student / s.assignment).is_dir()
-        ]
-        for assignment in sorted({s.assignment for s in missing}):
-            nbgrader(root, "generate_feedback", assignment)
+    with steps("feedback"):
+        missing_feedback(root, gradable)
     with steps("leak scan"):
         problems = withhold_leaks(root, state, finish)
     for p in problems:

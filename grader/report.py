@@ -154,6 +154,22 @@ def table(report: dict) -> str:
     return "\n".join(out)
 
 
+def cluster_lines(cluster: dict) -> list[str]:
+    """Where the run autograded: the Dask cluster, its workers, the refused."""
+    if not cluster.get("workers"):
+        return []
+    kind = "embedded local cluster" if cluster.get("embedded") else "cluster"
+    return [
+        "",
+        f"Autograded on the Dask {kind} at {md(cluster['scheduler'])}: "
+        f"{len(cluster['workers'])} worker(s), the largest grading process "
+        f"{cluster.get('peak_rss_mib', 0)} MiB.",
+    ] + [
+        f"- worker {md(w)} refused: {md(why)}"
+        for w, why in sorted(cluster.get("refused", {}).items())
+    ]
+
+
 def markdown(report: dict) -> str:
     parts = sorted({p for r in report["rows"] for p in r["parts"]})
     sandbox = (
@@ -194,19 +210,7 @@ def markdown(report: dict) -> str:
             f"worker(s)): "
             + ", ".join(f"{k} {v:g}" for k, v in report["steps"].items()),
         ]
-    cluster = report.get("cluster") or {}
-    if cluster.get("workers"):
-        kind = "embedded local cluster" if cluster.get("embedded") else "cluster"
-        lines += [
-            "",
-            f"Autograded on the Dask {kind} at {md(cluster['scheduler'])}: "
-            f"{len(cluster['workers'])} worker(s), the largest grading process "
-            f"{cluster.get('peak_rss_mib', 0)} MiB.",
-        ]
-        lines += [
-            f"- worker {md(w)} refused: {md(why)}"
-            for w, why in sorted(cluster.get("refused", {}).items())
-        ]
+    lines += cluster_lines(report.get("cluster") or {})
     flagged = [r for r in report["rows"] if r["flags"] or r["notes"]]
     if flagged:
         lines += ["", "## What happened", ""]
