@@ -5,8 +5,8 @@ machines, lost workers retried, nothing lost and nothing graded twice.
 machine it runs on -- the *client* -- then sends one task per staged
 submission (student x assignment) to a Dask cluster: with no address an
 embedded ``LocalCluster`` of one single-threaded worker process per core; with
-``--scheduler tcp://HOST:8786`` (or ``GRADER_SCHEDULER``) the workers of an
-existing cluster, started with ``python -m grader worker tcp://HOST:8786`` (or
+``--scheduler tls://HOST:8786`` (or ``GRADER_SCHEDULER``) the workers of an
+existing cluster, started with ``python -m grader worker tls://HOST:8786`` (or
 ``dask worker ... --nthreads 1`` with the course on ``PYTHONPATH``), by
 dask-jobqueue on Slurm/PBS or by dask-kubernetes.
 
@@ -366,7 +366,7 @@ def flush_print(*args) -> None:
 
 
 def worker_main(argv=None) -> int:
-    """``python -m grader worker tcp://HOST:8786 [dask worker options]``: a Dask
+    """``python -m grader worker tls://HOST:8786 [dask worker options]``: a Dask
     worker for this course -- one thread, no Dask memory limit (the sandbox
     limits each kernel), the course folder (``GRADER_COURSE_ROOT``, default
     this checkout) importable."""

@@ -3,7 +3,8 @@
 ``dispatch.run`` sends the staged submissions of one grading run to a cluster
 -- an embedded ``LocalCluster`` or the one at ``--scheduler`` -- one task per
 submission, takes each result as it comes (a dynamic queue: a slow notebook
-holds up one worker, not a part of the batch), writes it into the course
+holds up one worker, not a part of the batch; each worker holds one task at a
+time, the rest wait in the client), writes it into the course
 folder (``autograded/``, the grading log) and prints the progress. It returns
 one ``Outcome`` per submission; the ones that no worker could grade carry
 the reason, for the ``grader-error`` flag.
@@ -62,30 +63,40 @@ def make_task(root, state, item, settings, config, sandboxed, version):
     )
 
 
-def open_cluster(scheduler: str | None, workers: int, root: Path):
+def open_cluster(scheduler: str | None, workers: int, root: Path, dashboard=False):
     """(client, cluster or None): a client of ``scheduler``, or of a new
     local cluster of ``workers`` single-threaded worker processes."""
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:  # TLS and its certificates from Dask's config (solutions/README)
         return Client(scheduler, timeout="30s"), None
     os.environ[cluster.ROOT_ENV] = str(root)  # the local workers' course
-    dashboard = "127.0.0.1:0" if has_dashboard() else None
-    local = LocalCluster(
-        # TLS with a throw-away certificate: the workers run code that any
-        # client of theirs sends, and on a shared machine (JupyterHub) the
-        # students' own servers can reach 127.0.0.1; without the key they
-        # cannot connect
-        security=True,
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=0,  # the sandbox limits the kernels; never pause a worker
-        host="127.0.0.1",
-        dashboard_address=dashboard,
-        silence_logs=logging.ERROR,
-    )
+    # Dask's HTTP pages (status, call stacks, logs, task keys: the roster) are
+    # plain HTTP that anyone on the machine can read: none unless asked for
+    quiet = {} if dashboard else PAGES_OFF
+    with dask.config.set(quiet):
+        local = LocalCluster(
+            # TLS with a throw-away certificate: the workers run code that any
+            # client of theirs sends, and on a shared machine (JupyterHub) the
+            # students' own servers can reach 127.0.0.1; without the key they
+            # cannot connect
+            security=True,
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=0,  # the sandbox limits the kernels; never pause a worker
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0" if dashboard and has_dashboard() else None,
+            silence_logs=logging.ERROR,
+        )
     return Client(local), local
+
+
+PAGES_OFF = {
+    "distributed.scheduler.http.routes": [],
+    "distributed.worker.http.routes": [],
+}
 
 
 def has_dashboard() -> bool:
@@ -109,7 +120,17 @@ def check_workers(client, version, sandboxed, db_url, summary) -> list[str]:
     return _good_workers(client, summary.refused)
 
 
-def run(root, state, gradable, settings, options, sandboxed, workers, scheduler):
+def run(
+    root,
+    state,
+    gradable,
+    settings,
+    options,
+    sandboxed,
+    workers,
+    scheduler,
+    dashboard=False,
+):
     """Grade ``gradable`` (staged submissions) on a cluster; write each result;
     return ({(assignment, student): Outcome}, Summary)."""
     from distributed import as_completed
@@ -125,10 +146,10 @@ def run(root, state, gradable, settings, options, sandboxed, workers, scheduler)
         for s in gradable
     }
     outcomes = {key: Outcome() for key in tasks}
-    client, local = open_cluster(scheduler, workers, root)
+    client, local = open_cluster(scheduler, workers, root, dashboard)
     summary = Summary(scheduler=client.scheduler.address)
     try:
-        if has_dashboard():
+        if dashboard and has_dashboard():
             summary.dashboard = getattr(client, "dashboard_link", "") or ""
         if local is None:
             client.wait_for_workers(1, timeout=600)
@@ -170,9 +191,10 @@ def _submit(client, task, refused):
 
 
 def _queue(client, tasks, outcomes, summary, state, root, as_completed):
-    """Submit every task, take the results as they come, resubmit refusals."""
-    from distributed import KilledWorker
-
+    """Run every task, one at a time per worker that can grade (the rest wait
+    here, not on a worker: Dask counts a lost worker against every task it
+    held, so a task queued behind a crashing one would be blamed with it);
+    take the results as they come; send refused tasks to the others."""
     starts = {}  # task key -> workers that started it (live, Dask events)
 
     def started(event) -> None:
@@ -181,38 +203,37 @@ def _queue(client, tasks, outcomes, summary, state, root, as_completed):
             starts.setdefault(message.get("key"), []).append(message.get("worker"))
 
     client.subscribe_topic(cluster.EVENTS, started)
-    futures = {_submit(client, t, summary.refused): key for key, t in tasks.items()}
+    waiting, futures = list(tasks), {}
     refusals = dict.fromkeys(tasks, 0)
     done = failed = 0
-    queue = as_completed(list(futures))
+    queue = as_completed()
+
+    def fill() -> None:
+        good = len(_good_workers(client, summary.refused))
+        if not good and summary.refused and not futures:  # every worker refused
+            for key in waiting:
+                outcomes[key].error = "no worker would grade it: " + "; ".join(
+                    f"{w}: {why}" for w, why in sorted(summary.refused.items())
+                )
+                print(f"{tasks[key].key}: FAILED ({outcomes[key].error})", flush=True)
+            waiting.clear()
+        room = max(1, good) - len(futures)
+        while waiting and room > 0:
+            key = waiting.pop(0)
+            future = _submit(client, tasks[key], summary.refused)
+            futures[future] = key
+            queue.add(future)
+            room -= 1
+
+    fill()
     for future in queue:
         key = futures.pop(future)
         task, outcome = tasks[key], outcomes[key]
-        if future.status == "finished":
-            try:
-                _store(root, state, task, future.result(), outcome)
-            except Exception as exc:  # noqa: BLE001  (one submission, not the run)
-                outcome.error = (
-                    f"its result could not be stored: {type(exc).__name__}: {exc}"
-                )
-        else:
-            exc = future.exception()
-            text = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, cluster.WorkerRefused) and refusals[key] < MAX_REFUSALS:
-                refusals[key] += 1
-                summary.refused.setdefault(exc.worker, exc.reason)
-                print(f"{exc}; sent to another worker", flush=True)
-                retry = _submit(client, task, summary.refused)
-                futures[retry] = key
-                queue.add(retry)
-                continue
-            if isinstance(exc, KilledWorker):
-                text = (
-                    "the Dask workers grading it were lost more often than "
-                    "distributed.scheduler.allowed-failures allows (killed, out of "
-                    "memory, or their machine went away)"
-                )
-            outcome.error = f"grading failed on the cluster: {text}; regrade it"
+        if _take(future, task, outcome, summary, refusals, root, state):
+            waiting.insert(0, key)  # refused: to another worker, first
+            fill()
+            continue
+        fill()
         done += 1
         failed += bool(outcome.error)
         print(
@@ -227,6 +248,41 @@ def _queue(client, tasks, outcomes, summary, state, root, as_completed):
             flush=True,
         )
     client.unsubscribe_topic(cluster.EVENTS)
+
+
+def _take(future, task, outcome, summary, refusals, root, state) -> bool:
+    """Store one finished task's result, or its failure in ``outcome.error``;
+    True if a worker refused it and it should go to another."""
+    from distributed import KilledWorker
+
+    key = (task.assignment, task.student)
+    try:
+        result = future.result()  # waits again if a finished result was lost
+    except cluster.WorkerRefused as exc:
+        summary.refused.setdefault(exc.worker, exc.reason)
+        if refusals[key] < MAX_REFUSALS:
+            refusals[key] += 1
+            print(f"{exc}; sent to another worker", flush=True)
+            return True
+        outcome.error = f"no worker would grade it: {exc}"
+    except KilledWorker:
+        outcome.error = (
+            "grading failed on the cluster: the Dask workers grading it were "
+            "lost more often than distributed.scheduler.allowed-failures allows "
+            "(killed, out of memory, or their machine went away); regrade it"
+        )
+    except Exception as exc:  # noqa: BLE001  (one submission, not the run)
+        outcome.error = (
+            f"grading failed on the cluster: {type(exc).__name__}: {exc}; regrade it"
+        )
+    else:
+        try:
+            _store(root, state, task, result, outcome)
+        except Exception as exc:  # noqa: BLE001  (one submission, not the run)
+            outcome.error = (
+                f"its result could not be stored: {type(exc).__name__}: {exc}"
+            )
+    return False
 
 
 def progress(done: int, total: int, failed: int, starts: dict, width: int = 20) -> str:

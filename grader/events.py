@@ -11,6 +11,7 @@ Flags (one word each, see FLAGS) summarise; notes say what exactly happened,
 in the words the log and the report print.
 """
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -61,9 +62,19 @@ PHASES = ("stage", "execute", "verdicts", "cluster", "finish")
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]")
 
 
+def _file_name(text: str) -> str:
+    """``text`` as a file name: itself when safe, else its safe characters and
+    a hash of the whole (``x y`` and ``x_y`` must not share a log)."""
+    safe = _SAFE.sub("_", text)
+    if safe == text and safe not in ("", ".", ".."):
+        return safe
+    return f"{safe[:64]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
 def path(state_dir, assignment: str, student: str) -> Path:
-    name = _SAFE.sub("_", student) or "_"
-    return Path(state_dir) / "log" / _SAFE.sub("_", assignment) / f"{name}.json"
+    """``<state>/log/<assignment>/<student>.json``, one file per submission."""
+    folder = Path(state_dir) / "log" / _file_name(assignment)
+    return folder / f"{_file_name(student)}.json"
 
 
 class Events:

@@ -1,7 +1,7 @@
 """Grade every submission: sandboxed autograde, feedback, grades, report.
 
     python -m grader grade [--force] [--no-sandbox] [--workers N]
-        [--scheduler tcp://HOST:8786] [--cell-timeout S] [--notebook-timeout S]
+        [--scheduler tls://HOST:8786] [--cell-timeout S] [--notebook-timeout S]
         [--memory GIB] [--total-memory GIB] [--students A,B] [--report PATH]
         [ASSIGNMENT ...]
 
@@ -217,8 +217,14 @@ def parse_args(argv):
     parser.add_argument(
         "--scheduler",
         default=os.environ.get("GRADER_SCHEDULER") or None,
-        help="grade on the Dask cluster at this address (tcp://HOST:8786; "
+        help="grade on the Dask cluster at this address (tls://HOST:8786; "
         "default $GRADER_SCHEDULER, else an embedded local cluster)",
+    )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the embedded cluster's Dask dashboard and status pages (plain "
+        "HTTP on 127.0.0.1: anyone on this machine can read them; needs bokeh)",
     )
     args = parser.parse_args(argv)
     if args.workers < 1:
@@ -316,6 +322,7 @@ def autograde(args, root, state, gradable, settings, options):
         sandboxed=not args.no_sandbox,
         workers=args.workers,
         scheduler=args.scheduler,
+        dashboard=args.dashboard,
     )
     dispatch.record(state, outcomes, summary)
     return outcomes, summary

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -286,7 +288,8 @@ def test_a_second_grading_run_on_one_course_is_refused(tmp_path):
 def test_the_embedded_cluster_admits_only_its_own_client(tmp_path):
     """The workers run whatever a client of theirs sends: on a shared machine
     the students' own servers reach 127.0.0.1, so the embedded cluster speaks
-    TLS with a key only the grading command holds."""
+    TLS with a key only the grading command holds, and its HTTP pages (the
+    roster in task keys, call stacks: hostile review) serve nothing."""
     from distributed import Client
     from distributed.security import Security
 
@@ -301,6 +304,15 @@ def test_the_embedded_cluster_admits_only_its_own_client(tmp_path):
             Client(address.replace("tls://", "tcp://"), timeout="3s")
         with pytest.raises((OSError, TimeoutError)):  # TLS with a key of its own
             Client(address, security=Security.temporary(), timeout="3s")
+        # Dask's plain-HTTP pages (call stacks, logs, task keys) serve nothing
+        info = client.scheduler_info()
+        ports = [info["services"]["dashboard"]] + [
+            w["services"]["dashboard"] for w in info["workers"].values()
+        ]
+        for port in ports:
+            for page in ("/metrics", "/info/main/workers.html", "/json/identity.json"):
+                with pytest.raises(urllib.error.HTTPError, match="404"):
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=5)
     finally:
         client.close()
         local.close()
@@ -389,3 +401,49 @@ def test_a_task_that_cannot_be_graded_is_a_grader_error_not_a_silent_zero(
         flags = events.load(tmp_path, "a", student)["flags"]
         assert list(flags) == ["grader-error"]
     assert not (tmp_path / "autograded").exists()
+
+
+def test_a_task_that_kills_its_worker_takes_no_other_task_with_it(
+    tmp_path, monkeypatch
+):
+    """Dask counts a lost worker against every task the worker held: the
+    client gives each worker one task at a time, so only the crashing
+    submissions run out of tries (hostile review: honest students queued
+    behind them were scored 0 with them)."""
+    import dask
+    from distributed import Client, LocalCluster, as_completed
+    from support import cluster_fakes
+
+    from grader import dispatch
+
+    monkeypatch.setattr(cluster, "grade_task", cluster_fakes.crash_or_grade)
+    students = ("bad1", "ada", "bad2", "bob", "cy", "dee")
+    tasks = {("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c") for s in students}
+    outcomes = {k: dispatch.Outcome() for k in tasks}
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        ) as local,
+        Client(local) as client,
+    ):
+        dispatch._queue(
+            client,
+            tasks,
+            outcomes,
+            dispatch.Summary(),
+            tmp_path,
+            tmp_path,
+            as_completed,
+        )
+    for (a, s), outcome in outcomes.items():
+        if s.startswith("bad"):
+            assert "were lost more often than" in outcome.error, s
+        else:
+            assert not outcome.error, (s, outcome.error)
+            assert (
+                tmp_path / "autograded" / s / a / "a.ipynb"
+            ).read_bytes() == s.encode()

@@ -281,6 +281,11 @@ def test_events_are_written_per_phase_and_merged(tmp_path):
     merged = ev.load(tmp_path, A, "bob")
     assert set(merged["flags"]) == {"renamed", "crashed"}
     assert ev.path(tmp_path, A, "../../etc/x").parent == tmp_path / "log" / A
+    # names that differ only in unsafe characters keep logs of their own
+    names = ("x y", "x_y", "x/y", "..", ".", "")
+    paths = {ev.path(tmp_path, A, n) for n in names}
+    assert len(paths) == len(names)
+    assert all(p.parent == tmp_path / "log" / A for p in paths)
 
 
 # ------------------------------------------------------------------ sandbox
