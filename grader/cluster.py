@@ -45,6 +45,7 @@ worker that was lost.
 import ast
 import contextlib
 import hashlib
+import logging
 import os
 import resource
 import secrets
@@ -299,8 +300,13 @@ def run_app(app_class, config, task: Task, **flags) -> dict:
     app.force = True
     for name, value in flags.items():
         setattr(app, name, value)
-    with contextlib.chdir(worker_root()):
-        result = capture_log(app)
+    level = app.log.level
+    app.log.setLevel(logging.INFO)  # what the nbgrader command logged: the
+    try:  # steps, the sandbox's peaks (grader.sandbox), refusals
+        with contextlib.chdir(worker_root()):
+            result = capture_log(app)
+    finally:
+        app.log.setLevel(level)
     return {
         "success": bool(result.get("success")),
         "error": result.get("error", ""),
