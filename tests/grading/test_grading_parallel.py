@@ -358,10 +358,35 @@ def test_a_task_refused_by_a_worker_goes_to_another(tmp_path, monkeypatch):
         assert (tmp_path / "autograded" / s / a / "a.ipynb").read_bytes() == s.encode()
 
 
+def run_queue(tmp_path, students, processes: bool) -> dict:
+    """``dispatch._queue`` on one single-threaded worker, one task per student
+    of assignment ``a``; the outcomes."""
+    from distributed import Client, LocalCluster, as_completed
+
+    from grader import dispatch
+
+    tasks = {("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c") for s in students}
+    outcomes = {k: dispatch.Outcome() for k in tasks}
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+        ) as local,
+        Client(local) as client,
+    ):
+        summary = dispatch.Summary()
+        dispatch._queue(
+            client, tasks, outcomes, summary, tmp_path, tmp_path, as_completed
+        )
+    return outcomes
+
+
 def test_a_task_that_cannot_be_graded_is_a_grader_error_not_a_silent_zero(
     tmp_path, monkeypatch
 ):
-    from distributed import Client, KilledWorker, LocalCluster, as_completed
+    from distributed import KilledWorker
 
     from grader import dispatch
 
@@ -373,26 +398,7 @@ def test_a_task_that_cannot_be_graded_is_a_grader_error_not_a_silent_zero(
         return {"success": False, "error": "Traceback\nValueError: bad cell"}
 
     monkeypatch.setattr(cluster, "grade_task", fake)
-    tasks = {
-        ("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c")
-        for s in ("lost", "broken", "failed")
-    }
-    outcomes = {k: dispatch.Outcome() for k in tasks}
-    with (
-        LocalCluster(
-            n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
-        ) as local,
-        Client(local) as client,
-    ):
-        dispatch._queue(
-            client,
-            tasks,
-            outcomes,
-            dispatch.Summary(),
-            tmp_path,
-            tmp_path,
-            as_completed,
-        )
+    outcomes = run_queue(tmp_path, ("lost", "broken", "failed"), processes=False)
     assert "were lost more often than" in outcomes["a", "lost"].error
     assert "OSError: the worker's disk is full" in outcomes["a", "broken"].error
     assert "ValueError: bad cell" in outcomes["a", "failed"].error
@@ -411,34 +417,12 @@ def test_a_task_that_kills_its_worker_takes_no_other_task_with_it(
     submissions run out of tries (hostile review: honest students queued
     behind them were scored 0 with them)."""
     import dask
-    from distributed import Client, LocalCluster, as_completed
     from support import cluster_fakes
-
-    from grader import dispatch
 
     monkeypatch.setattr(cluster, "grade_task", cluster_fakes.crash_or_grade)
     students = ("bad1", "ada", "bad2", "bob", "cy", "dee")
-    tasks = {("a", s): cluster.Task(s, "a", "a", {}, 0, "v", "", "c") for s in students}
-    outcomes = {k: dispatch.Outcome() for k in tasks}
-    with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-        ) as local,
-        Client(local) as client,
-    ):
-        dispatch._queue(
-            client,
-            tasks,
-            outcomes,
-            dispatch.Summary(),
-            tmp_path,
-            tmp_path,
-            as_completed,
-        )
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        outcomes = run_queue(tmp_path, students, processes=True)
     for (a, s), outcome in outcomes.items():
         if s.startswith("bad"):
             assert "were lost more often than" in outcome.error, s
