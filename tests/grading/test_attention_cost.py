@@ -610,3 +610,28 @@ def test_sandboxed_scores(graded, student):
     assert got == (tf_points, torch_points), (row["notes"], row.get("cells"))
     if student == "reference":
         assert not row["flags"], row["notes"]
+
+
+def test_budgets_in_messages_are_exact_and_never_read_as_reference_numbers(
+    monkeypatch,
+):
+    """A budget printed with five decimals (0.53112) was within 1e-4 of a
+    random reference output: the leak scan withheld an honest blank
+    submission's feedback (CI). Budgets are whole bytes: they are shown as
+    bytes over 2**20, exactly, and without a long decimal."""
+    from grader import leaks
+
+    budgets = set()
+    for seed in range(7000, 7010):  # inputs as fresh draws make them
+        monkeypatch.setattr(task, "SEED", seed)
+        for inputs in task.make_cases().values():
+            for key, value in inputs.items():
+                if key.startswith("budget"):
+                    budgets |= {float(b) for b in np.ravel(value)}
+    assert len(budgets) > 20
+    for budget in budgets:
+        arg, text = runner.budget_arg(budget), runner.budget_text(budget)
+        assert eval(arg) == budget, arg  # what the learner can paste
+        assert not leaks.numbers_in(f"{arg} {text}").size, (arg, text)
+    assert runner.budget_arg(556927 / 2**20) == "556927 / 2**20"
+    assert runner.budget_text(2.0) == "2 MiB"

@@ -193,6 +193,24 @@ UNITS = (MiB, 1024, 1)  # a size may be written in MiB, KiB or bytes
 MAX_NUMBERS = 8  # different numbers a message may hold and still name sizes
 
 
+def budget_arg(budget) -> str:
+    """A budget as the learner would pass it, exactly and without a long
+    decimal (``556927 / 2**20``): the feedback's leak scan reads numbers of
+    four or more decimals as possible reference values."""
+    size = budget * MiB
+    if float(budget).is_integer() or not float(size).is_integer():
+        return f"{budget:g}"
+    return f"{int(size)} / 2**20"
+
+
+def budget_text(budget) -> str:
+    """A budget in prose: ``2 MiB``, or ``556927 bytes (0.531 MiB)``."""
+    size = budget * MiB
+    if float(budget).is_integer() or not float(size).is_integer():
+        return f"{budget:g} MiB"
+    return f"{int(size)} bytes ({budget:.3f} MiB)"
+
+
 def check_message(what, exc, budget, row_bytes) -> None:
     """The ValueError names the budget and the one-row size (each in MiB, KiB
     or bytes), among at most MAX_NUMBERS different numbers: a message
@@ -215,10 +233,10 @@ def check_message(what, exc, budget, row_bytes) -> None:
         )
     missing = []
     if not any(_says(numbers, budget * MiB / unit) for unit in UNITS):
-        missing.append(f"the budget ({budget:g} MiB)")
+        missing.append(f"the budget ({budget_text(budget)})")
     if not any(_says(numbers, row_bytes / unit) for unit in UNITS):
         missing.append(
-            f"the size of one row's tables ({row_bytes / MiB:.4g} MiB = "
+            f"the size of one row's tables ({row_bytes / MiB:.3g} MiB = "
             f"{row_bytes:,} bytes)"
         )
     if missing:
@@ -253,7 +271,10 @@ _ROWS_HINT = "floor(budget_mib * 2**20 / bytes of one row), then min(rows, n_q)"
 def _chunk_call(framework, fn, name, q_shape, k_shape, itemsize, budget):
     q = zeros(framework, q_shape, itemsize)
     k = zeros(framework, k_shape, itemsize)
-    what = f"{name}(queries {q_shape}, keys {k_shape}, {DTYPES[itemsize]}, {budget:g})"
+    what = (
+        f"{name}(queries {q_shape}, keys {k_shape}, {DTYPES[itemsize]}, "
+        f"{budget_arg(budget)})"
+    )
     row = one_row_bytes(q_shape, k_shape, itemsize)
     try:
         value = fn(q, k, budget)
@@ -381,7 +402,7 @@ def _attention_results(out, lead, n_q, d_v, what) -> tuple:
 def _what(name, shapes, budget, mask) -> str:
     q, k, v = shapes
     m = "" if mask is None else f", mask {tuple(mask.shape)}"
-    return f"{name}(queries {q}, keys {k}, values {v}, {budget:g}{m})"
+    return f"{name}(queries {q}, keys {k}, values {v}, {budget_arg(budget)}{m})"
 
 
 def run_attention(framework: str, namespace: dict, inputs: dict, gradients=False):
@@ -430,7 +451,7 @@ def run_long(framework, fn, name, inputs) -> dict:
         raise GradingError(
             f"{what} ran out of memory: the call may map about "
             f"{allowed / MiB:.0f} MiB more than the kernel holds, the budget is "
-            f"{budget:g} MiB of tables, and one ({n}, {n}) float32 table of "
+            f"{budget_text(budget)} of tables, and one ({n}, {n}) float32 table of "
             f"one head is {table:.1f} GiB (more than the sandbox's whole "
             f"address space).\nLikely mistake "
             f"(budget-ignored): the scores and weights of all queries are "
