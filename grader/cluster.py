@@ -139,7 +139,10 @@ def worker_name() -> str:
 
 
 @lru_cache(maxsize=8)
-def _problem(version: str, sandboxed: bool, db_url: str) -> str | None:
+def worker_problem(version: str, sandboxed: bool, db_url: str) -> str | None:
+    """Why this worker process cannot grade for a client of ``version`` (None:
+    it can): checked once per process and settings, before every task and when
+    the client asks every worker before sending any (``Client.run``)."""
     root = worker_root()
     mine = course_version(root)
     if mine != version:
@@ -159,18 +162,6 @@ def _problem(version: str, sandboxed: bool, db_url: str) -> str | None:
             f"it cannot reach the gradebook {db_url} (use PostgreSQL across machines)"
         )
     return None
-
-
-def worker_problem(version: str, sandboxed: bool, db_url: str) -> str | None:
-    """Why this worker process cannot grade for a client of ``version`` (None:
-    it can). Checked once per process and settings."""
-    return _problem(version, sandboxed, db_url)
-
-
-def check_worker(version: str, sandboxed: bool, db_url: str) -> str | None:
-    """``worker_problem`` as the client asks every worker before sending tasks
-    (``Client.run``)."""
-    return worker_problem(version, sandboxed, db_url)
 
 
 # -- one submission, on a worker --------------------------------------------------
@@ -222,7 +213,6 @@ def _started(task: Task, worker: str) -> None:
 def _grade_in(tmp: Path, task: Task) -> dict:
     state, out, feedback = tmp / "state", tmp / "autograded", tmp / "feedback"
     folder = state / "staged" / task.student / task.assignment
-    folder.mkdir(parents=True)
     write_tree(folder, task.files)
     from grader import fresh
 
@@ -364,11 +354,6 @@ def log_lines(text: str, prefix: str):
     for line in (text or "").splitlines():
         if line.strip():
             yield f"{prefix}{line}"
-
-
-def flush_print(*args) -> None:
-    print(*args, flush=True)
-    sys.stdout.flush()
 
 
 def worker_main(argv=None) -> int:

@@ -6,7 +6,7 @@ submission, takes each result as it comes (a dynamic queue: a slow notebook
 holds up one worker, not a part of the batch; each worker holds one task at a
 time, the rest wait in the client), writes it into the course
 folder (``autograded/``, the grading log) and prints the progress. It returns
-one ``Outcome`` per submission; the ones that no worker could grade carry
+one ``Outcome`` per submission; the ones that no worker would grade carry
 the reason, for the ``grader-error`` flag.
 """
 
@@ -46,7 +46,7 @@ class Summary:
     peak_rss_mib: int = 0  # the largest grading process (workers, not kernels)
 
 
-def make_task(root, state, item, settings, config, sandboxed, version):
+def make_task(state, item, settings, config, sandboxed, version):
     folder = Path(state) / "staged" / item.student / item.assignment
     key = fresh.secret(state)
     return cluster.Task(
@@ -112,7 +112,7 @@ def _good_workers(client, refused) -> list[str]:
 
 def check_workers(client, version, sandboxed, db_url, summary) -> list[str]:
     """Ask every worker to check itself; the ones that can grade."""
-    answers = client.run(cluster.check_worker, version, sandboxed, db_url)
+    answers = client.run(cluster.worker_problem, version, sandboxed, db_url)
     for worker, problem in sorted(answers.items()):
         if problem:
             summary.refused[worker] = problem
@@ -141,7 +141,7 @@ def run(
     config = cluster.parse_overrides(options)
     tasks = {
         (s.assignment, s.student): make_task(
-            root, state, s, settings, config, sandboxed, version
+            state, s, settings, config, sandboxed, version
         )
         for s in gradable
     }
@@ -161,12 +161,6 @@ def run(
             + (f" (dashboard {summary.dashboard})" if summary.dashboard else ""),
             flush=True,
         )
-        if not good:
-            for key in outcomes:
-                outcomes[key].error = "no worker could grade it: " + "; ".join(
-                    summary.refused.values()
-                )
-            return outcomes, summary
         _queue(client, tasks, outcomes, summary, state, root, as_completed)
         _note_lost_workers(client, tasks, outcomes)
     finally:

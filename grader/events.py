@@ -112,9 +112,7 @@ class Events:
         data[self.phase] = {"flags": self.flags, "notes": self.notes}
         if self.timings:
             data[self.phase]["timings"] = self.timings
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(self.file)
+        _write(self.file, data)
 
 
 def merge(state_dir, assignment: str, student: str, sections: dict) -> None:
@@ -124,6 +122,11 @@ def merge(state_dir, assignment: str, student: str, sections: dict) -> None:
     data = read_file(file)
     data.update({k: v for k, v in sections.items() if k in PHASES})
     file.parent.mkdir(parents=True, exist_ok=True)
+    _write(file, data)
+
+
+def _write(file: Path, data: dict) -> None:
+    """Replace ``file`` with ``data`` at once (a reader never sees half)."""
     tmp = file.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     tmp.replace(file)

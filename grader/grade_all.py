@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 from grader import build_references as references
-from grader import dispatch, events, leaks, parallel, report, sandbox, staging
+from grader import cluster, dispatch, events, leaks, parallel, report, sandbox, staging
 from grader.nbgrader_cli import ROOT, assignments_in, nbgrader
 
 BANNER = "!" * 78
@@ -216,7 +216,7 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--scheduler",
-        default=os.environ.get("GRADER_SCHEDULER") or None,
+        default=os.environ.get(cluster.SCHEDULER_ENV) or None,
         help="grade on the Dask cluster at this address (tls://HOST:8786; "
         "default $GRADER_SCHEDULER, else an embedded local cluster)",
     )
