@@ -16,6 +16,7 @@ export PYTHONHASHSEED := 0
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
+	@echo "              and its Chinese edition into _build/html/zh (book/zh/README.md)"
 	@echo "make test   - create .venv if missing, lint, then run the whole test suite"
 	@echo "make test-fast - the library, grading and book-source tests only: no book"
 	@echo "              build, no end-to-end grading, browser or classroom (minutes)"
@@ -61,8 +62,9 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 book: $(STAMP)
 	$(BIN)/python book/_ext/execute_parallel.py
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/python book/_ext/zh_edition.py build
 	@echo
-	@echo "The site is in _build/html. View it with:"
+	@echo "The site is in _build/html, the Chinese edition in _build/html/zh. View it with:"
 	@echo "    $(BIN)/python -m http.server -d _build/html 8000   # then open http://localhost:8000"
 
 book-clean:

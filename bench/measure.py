@@ -473,18 +473,18 @@ def site_weights(
     exclude: tuple[str, ...] = ("_sources/", "_static/"),
 ) -> dict:
     """``page_weight`` of every ``*.html`` under ``root`` (pages below
-    ``exclude`` prefixes skipped), largest ``page_with_images`` first, plus
-    site totals and what MathJax could load lazily: every file under
-    ``mathjax_dir`` except the entry scripts the pages load (an upper bound; a
-    page with a few formulas loads a handful of its fonts). ``assets`` lists
-    every file pages load besides their HTML, largest first, with its group
-    and how many pages load it."""
+    ``exclude`` folders skipped, also inside an edition's folder: ``zh/_static/``),
+    largest ``page_with_images`` first, plus site totals and what MathJax could
+    load lazily: every file under ``mathjax_dir`` except the entry scripts the
+    pages load (an upper bound; a page with a few formulas loads a handful of
+    its fonts). ``assets`` lists every file pages load besides their HTML,
+    largest first, with its group and how many pages load it."""
     root = Path(root).resolve()
     css_cache: dict = {}
     pages = []
     for page in sorted(root.rglob("*.html")):
         rel = page.relative_to(root).as_posix()
-        if any(rel.startswith(prefix) for prefix in exclude):
+        if any(rel.startswith(p) or f"/{p}" in rel for p in exclude):
             continue
         pages.append(page_weight(page, root, _css_cache=css_cache))
     pages.sort(key=lambda p: p["page_with_images_bytes"], reverse=True)

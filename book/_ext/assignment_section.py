@@ -422,20 +422,63 @@ def intro_table_problems(assignment: Assignment) -> list[str]:
 # --- rendering --------------------------------------------------------------
 
 
-def _points(n: int) -> str:
+# The section's own words, per edition. The notebooks are English in both: the
+# Chinese edition (book/_ext/zh_edition.py, ``assignment_language: zh``) says so
+# first and keeps the notebook's text (intro, test descriptions) as it is.
+WORDS = {
+    "en": {
+        "lead": [],
+        "header": "| part | you write | visible tests | hidden tests | points |",
+        "hidden": "hidden tests",
+        "visible": "visible test",
+        "hidden_says": "when the notebook is graded, on other data",
+        "visible_says": "run it in the notebook while you work",
+        "test": "- {kind}, **{points}**: {says}",
+        "download": "**Download the assignment:** {link} ({total} in all).",
+        "overview": " How to work on it and submit: {doc}.",
+    },
+    "zh": {
+        "lead": [
+            "```{note}",
+            "作业笔记本用英文写成：题目说明、代码注释、测试和评分反馈都是英文，"
+            "下面照录笔记本的原文。要实现的内容就是本章讲的注意力层，"
+            "函数名和参数与本章代码一致。",
+            "```",
+            "",
+        ],
+        "header": "| 部分 | 你要实现的 | 可见测试 | 隐藏测试 | 分值 |",
+        "hidden": "隐藏测试",
+        "visible": "可见测试",
+        "hidden_says": "评分时运行，用的是另一组数据",
+        "visible_says": "做题时可在笔记本里直接运行",
+        "test": "- {kind}，**{points}**：{says}",
+        "download": "**下载作业（英文笔记本）：** {link}（共 {total}）。",
+        "overview": "如何做题与提交：{doc}。",
+    },
+}
+
+
+def _points(n: int, language: str = "en") -> str:
+    if language == "zh":
+        return f"{n} 分"
     return f"{n} point" if n == 1 else f"{n} points"
 
 
-def points_table(assignment: Assignment) -> list[str]:
-    rows = [
-        "| part | you write | visible tests | hidden tests | points |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+def _words(language: str) -> dict:
+    if language not in WORDS:
+        raise AssignmentError(
+            f"assignment_language must be one of {sorted(WORDS)}, not {language!r}"
+        )
+    return WORDS[language]
+
+
+def points_table(assignment: Assignment, language: str = "en") -> list[str]:
+    rows = [_words(language)["header"], "| --- | --- | --- | --- | --- |"]
     for p in assignment.parts:
         names = ", ".join(f"`{n}`" for n in p.names)
         rows.append(
-            f"| {p.label} | {names} | {_points(p.visible)} | "
-            f"{_points(p.hidden)} | **{p.points}** |"
+            f"| {p.label} | {names} | {_points(p.visible, language)} | "
+            f"{_points(p.hidden, language)} | **{p.points}** |"
         )
     return rows
 
@@ -445,15 +488,15 @@ def _fence(code: str) -> str:
     return "`" * (longest + 1)
 
 
-def _intro_markdown(assignment: Assignment) -> list[str]:
+def _intro_markdown(assignment: Assignment, language: str = "en") -> list[str]:
     """The intro with headings as rubrics (a nested heading would break the
     chapter's sections) and its points table replaced by the generated one."""
     lines = assignment.intro.splitlines()
     found = intro_points_table(assignment.intro)
     if found:
-        lines[found[0] : found[1]] = points_table(assignment)
+        lines[found[0] : found[1]] = points_table(assignment, language)
     else:
-        lines += ["", *points_table(assignment)]
+        lines += ["", *points_table(assignment, language)]
     out, fenced = [], None
     for line in lines:
         fence = FENCE.match(line)
@@ -465,40 +508,42 @@ def _intro_markdown(assignment: Assignment) -> list[str]:
 
 
 def render_markdown(
-    assignment: Assignment, release_link: str, overview_doc: str = ""
+    assignment: Assignment,
+    release_link: str,
+    overview_doc: str = "",
+    language: str = "en",
 ) -> str:
     """The MyST text of the Exercise section. ``release_link``: the download
-    target of the release notebook (``/`` = relative to the Sphinx source dir)."""
+    target of the release notebook (``/`` = relative to the Sphinx source dir);
+    ``language``: the edition ("en" or "zh") of the section's own words."""
+    words = _words(language)
     name = Path(release_link).name
     lines = [
+        *words["lead"],
         f"```{{rubric}} {assignment.title}",
         "```",
         "",
-        *_intro_markdown(assignment),
+        *_intro_markdown(assignment, language),
         "",
     ]
     for part in assignment.parts:
-        lines += [f"```{{rubric}} {part.title} — {_points(part.points)}", "```", ""]
+        points = _points(part.points, language)
+        lines += [f"```{{rubric}} {part.title} — {points}", "```", ""]
         code = "\n\n".join(part.stubs)
         fence = _fence(code)
         lines += [f"{fence}python", code, fence, ""]
         for t in part.tests:
-            kind = "hidden tests" if t.hidden else "visible test"
-            says = t.says or (
-                "when the notebook is graded, on other data"
-                if t.hidden
-                else "run it in the notebook while you work"
-            )
-            lines.append(f"- {kind}, **{_points(t.points)}**: {says}")
+            kind = words["hidden"] if t.hidden else words["visible"]
+            says = t.says or words["hidden_says" if t.hidden else "visible_says"]
+            points = _points(t.points, language)
+            lines.append(words["test"].format(kind=kind, points=points, says=says))
         lines.append("")
-    total = _points(assignment.points)
+    total = _points(assignment.points, language)
     link = f"{{download}}`{name} <{release_link}>`"
     more = (
-        f" How to work on it and submit: {{doc}}`{overview_doc}`."
-        if overview_doc
-        else ""
+        words["overview"].format(doc=f"{{doc}}`{overview_doc}`") if overview_doc else ""
     )
-    lines += [f"**Download the assignment:** {link} ({total} in all).{more}", ""]
+    lines += [words["download"].format(link=link, total=total) + more, ""]
     return "\n".join(lines)
 
 
@@ -533,6 +578,7 @@ def render(
     source_dir: str = "solutions",
     release_dir: str = "exercises",
     overview_doc: str = "",
+    language: str = "en",
 ) -> str:
     """Read, render and leak-check the Exercise section of ``slug``."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug):
@@ -547,7 +593,7 @@ def render(
             "(python -m grader release)"
         )
     text = render_markdown(
-        assignment, f"/{release_dir}/{slug}/{slug}.ipynb", overview_doc
+        assignment, f"/{release_dir}/{slug}/{slug}.ipynb", overview_doc, language
     )
     problems = leak_problems(text, source)
     if problems:
@@ -576,6 +622,7 @@ class AssignmentDirective(SphinxDirective):
                 config.assignment_source_dir,
                 config.assignment_release_dir,
                 config.assignment_overview_doc,
+                config.assignment_language,
             )
         except AssignmentError as err:
             raise self.error(f"{{assignment}} {slug}: {err}") from None
@@ -591,5 +638,7 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("assignment_release_dir", "exercises", "env", str)
     # a page on how to work on and submit exercises ("" = no link)
     app.add_config_value("assignment_overview_doc", "/book/exercises", "env", str)
+    # the edition: "en", or "zh" (Chinese words around the English notebook's)
+    app.add_config_value("assignment_language", "en", "env", str)
     app.add_directive("assignment", AssignmentDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,9 +4,12 @@ Readers on minimal systems (no CJK system font) would see empty boxes for the
 Chinese in the prose, the glossary and code strings. After the HTML is written,
 this extension collects every CJK character the site uses, subsets the Simplified
 Chinese face of Noto Sans CJK (shipped by the pinned PyPI package
-``noto-cjk-sans-otc``, SIL OFL) to exactly those glyphs, and serves it as a WOFF
+``noto-cjk-sans-otc``, SIL OFL) to exactly those glyphs, and serves it as a web
 font that heads the theme's font stacks, limited by ``unicode-range`` to
-CJK code points. A few dozen characters cost a few tens of kilobytes.
+CJK code points. A few dozen characters cost a few tens of kilobytes; the
+Chinese edition (``_build/html/zh/``, built by ``zh_edition.py`` with its own
+font) uses a few thousand and is served as WOFF2 (Brotli), which is smaller.
+The English build skips ``zh/`` when it counts characters.
 """
 
 import re
@@ -15,7 +18,7 @@ from pathlib import Path
 from sphinx.application import Sphinx
 
 CSS = "cjk-webfont.css"
-FONT = "cjk-subset.woff"
+FONT = "cjk-subset.woff2"
 FAMILY = "Course CJK"
 SC_FACE = 2  # Noto Sans CJK SC inside the collection
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
@@ -25,6 +28,8 @@ RANGES = "U+3000-303F, U+3400-4DBF, U+4E00-9FFF, U+FF00-FFEF"
 def used_characters(outdir: Path) -> set[str]:
     chars: set[str] = set()
     for page in outdir.rglob("*.html"):
+        if page.relative_to(outdir).parts[0] == "zh":  # the Chinese edition's own
+            continue
         chars.update(CJK.findall(page.read_text(encoding="utf-8", errors="ignore")))
     return chars
 
@@ -35,10 +40,10 @@ def write_font(chars: set[str], target: Path) -> None:
     from fontTools.ttLib import TTFont
 
     font = TTFont(str(noto_cjk_sans_otc.FONT_PATH), fontNumber=SC_FACE, lazy=False)
-    subsetter = subset.Subsetter(subset.Options(flavor="woff", layout_features=["*"]))
+    subsetter = subset.Subsetter(subset.Options(flavor="woff2", layout_features=["*"]))
     subsetter.populate(text="".join(sorted(chars)))
     subsetter.subset(font)
-    font.flavor = "woff"
+    font.flavor = "woff2"
     font.save(str(target))
 
 
@@ -59,7 +64,7 @@ def css_text() -> str:
     }
     rules = "".join(f"  {var}: '{FAMILY}', {stack};\n" for var, stack in stacks.items())
     return (
-        f"@font-face {{ font-family: '{FAMILY}'; src: url('{FONT}') format('woff');"
+        f"@font-face {{ font-family: '{FAMILY}'; src: url('{FONT}') format('woff2');"
         f" unicode-range: {RANGES}; font-display: swap; }}\n"
         f":root {{\n{rules}}}\n"
     )

@@ -39,11 +39,17 @@ ALWAYS = {"fa-xmark"}  # added by pydata-sphinx-theme.js (search dialog)
 # not 17rem) and code at 13 px make it ~90, so every code cell (<= 79 by test)
 # and the library source that show_source() prints (<= 88, ruff) fit. Printed
 # output longer than that wraps instead of scrolling.
+# The language switch (language_switch.py) is a small bordered button that sits on
+# the line of the header's icon buttons.
 CSS_TEXT = """\
 code.literal span.pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 :root { --pst-sidebar-secondary: 13rem; }
 div.cell div.highlight pre, div.cell_output pre { font-size: 13px; }
 div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+.header-article-items__end { display: flex; align-items: center; }
+.bd-header-article a.language-switch { font-size: .8rem; font-weight: 600;
+  padding: .05rem .45rem; margin-right: .25rem; line-height: 1.5;
+  border: 1px solid var(--pst-color-border); border-radius: .25rem; }
 """
 
 

@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.book, *skip_without_browser()]
 DOCS = toc_files()
 CHAPTERS = chapters()
 FRAMEWORKS = ("tensorflow", "pytorch")
+# the English site and the Chinese edition below it (book/_ext/zh_edition.py)
+EDITIONS = pytest.mark.parametrize("edition", ["", "zh/"], ids=["en", "zh"])
 
 
 def title_of(doc: str) -> str:
@@ -40,15 +42,20 @@ def title_of(doc: str) -> str:
     return found.group(1) if found else ""
 
 
-def search_cases() -> list[tuple[str, str | None]]:
-    """(term, chapter the results must include): always "attention"; "multi-head"
-    once a chapter on it exists."""
-    cases: list[tuple[str, str | None]] = [("attention", None)]
+def search_cases() -> list[tuple[str, str, str | None]]:
+    """(edition, term, chapter the results must include): always "attention";
+    "multi-head" once a chapter on it exists; on the Chinese edition 注意力 and
+    多头注意力 (Sphinx's Chinese search cuts words with jieba and the glossary's
+    terms)."""
+    cases: list[tuple[str, str, str | None]] = [("", "attention", None)]
     multihead = [
         d for d in CHAPTERS if re.search(r"multi.?head", f"{d} {title_of(d)}", re.I)
     ]
     if multihead:
-        cases.append(("multi-head", multihead[0]))
+        cases.append(("", "multi-head", multihead[0]))
+    cases += [("zh/", "注意力", "book/addressing")]
+    if multihead:
+        cases.append(("zh/", "多头注意力", multihead[0]))
     return cases
 
 
@@ -112,12 +119,15 @@ def figure_problems(page, doc: str) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
+@EDITIONS
 @pytest.mark.parametrize("doc", DOCS)
-def test_page_loads_offline_with_figures(web, site_url, doc):
-    page = open_page(web, site_url, doc)
+def test_page_loads_offline_with_figures(web, site_url, doc, edition):
+    page = open_page(web, site_url, edition + doc)
     page.wait_for_load_state("networkidle")
     assert page.locator("main, article").first.inner_text().strip(), f"{doc} is empty"
-    assert any(f"{site_url}/_static/" in r for r in web.log.requests), (
+    lang = page.locator("html").get_attribute("lang") or ""
+    assert lang.startswith("zh" if edition else "en"), f"{edition}{doc}: lang={lang!r}"
+    assert any(f"{site_url}/{edition}_static/" in r for r in web.log.requests), (
         "the page loaded none of the site's own assets"
     )
     problems = web.log.problems()
@@ -135,9 +145,11 @@ def test_site_root_redirects_to_the_first_page(web, site_url):
     assert_clean(web, "site root", loads=False)
 
 
-def test_math_is_typeset_by_mathjax(web, site_url):
+@EDITIONS
+def test_math_is_typeset_by_mathjax(web, site_url, edition):
     with_math = [d for d in CHAPTERS if "$" in source_path(d).read_text()]
     doc = "book/addressing" if "book/addressing" in with_math else with_math[0]
+    doc = edition + doc
     page = open_page(web, site_url, doc)
     report = page.evaluate(
         r"""() => {
@@ -214,8 +226,11 @@ def assert_outputs_follow(page, framework: str, where: str) -> None:
     assert shown, f"{where}: no visible output inside a {framework} tab"
 
 
-def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
-    tabbed = pages_with_tabs(site)
+@EDITIONS
+def test_framework_tabs_sync_across_the_page_and_pages(
+    new_web, site, site_url, edition
+):
+    tabbed = [edition + doc for doc in pages_with_tabs(site)]
     assert tabbed, "no page of the book has framework tabs"
     first = tabbed[0]
     second = tabbed[1] if len(tabbed) > 1 else None
@@ -248,7 +263,7 @@ def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
         page = open_page(web, site_url, first)
         assert_all_tabs(page, "tensorflow", f"{first}, back from {second}")
     else:
-        away = next(d for d in DOCS if d != first)
+        away = next(edition + d for d in DOCS if edition + d != first)
         open_page(web, site_url, away)
         page = open_page(web, site_url, first)
         assert_all_tabs(page, "pytorch", f"{first}, back from {away}")
@@ -256,12 +271,14 @@ def test_framework_tabs_sync_across_the_page_and_pages(new_web, site, site_url):
 
 
 @pytest.mark.parametrize(
-    ("term", "expected"), search_cases(), ids=[t for t, _ in search_cases()]
+    ("edition", "term", "expected"),
+    search_cases(),
+    ids=[f"{e or 'en/'}{t}" for e, t, _ in search_cases()],
 )
-def test_search_finds(web, site_url, term, expected):
-    page = open_page(web, site_url, "search", f"?q={term}")
+def test_search_finds(web, site_url, edition, term, expected):
+    page = open_page(web, site_url, edition + "search", f"?q={term}")
     page.wait_for_function(
-        """() => /found|did not match/i.test(document.querySelector(
+        """() => /found|did not match|搜索完成|没有匹配/i.test(document.querySelector(
              '#search-results .search-summary')?.innerText || '')""",
         timeout=20_000,
     )
@@ -271,9 +288,13 @@ def test_search_finds(web, site_url, term, expected):
     summary = page.locator("#search-results .search-summary").inner_text()
     assert len(links) >= 1, f"search for {term!r} found nothing: {summary!r}"
     if expected is not None:
-        assert any(f"/{expected}.html" in href for href in links), (
+        assert any(f"/{edition}{expected}.html" in href for href in links), (
             f"search for {term!r} does not list {expected}: {links}"
         )
+    edition_root = f"{site_url}/{edition}book/"
+    assert all(href.startswith(edition_root) for href in links), (
+        f"search on {edition or 'the English site'} lists other pages: {links}"
+    )
     # a result is a working page of this site
     page.wait_for_load_state("networkidle")  # the result snippets
     with web.log.loading():
@@ -482,12 +503,14 @@ def test_icons_render_without_font_awesome_js(web, site_url):
 FIRST_LOAD_LIMIT = 3_000_000
 
 
+@EDITIONS
 @pytest.mark.parametrize("doc", DOCS)
-def test_first_load_bytes(new_web, site_url, doc):
+def test_first_load_bytes(new_web, site_url, doc, edition):
     """Everything the browser fetches for a fresh visit without interaction (the
     page, its CSS, JS, fonts, images, MathJax's components and fonts), summed
     from the Resource Timing API: <= 3 MB."""
     web = new_web()
+    doc = edition + doc
     page = open_page(web, site_url, doc)
     page.wait_for_load_state("networkidle")
     got = page.evaluate(
@@ -539,3 +562,36 @@ def test_code_and_outputs_do_not_scroll_sideways_on_a_laptop(web, site_url, doc)
         assert not found[kind], (
             f"{doc}: {kind} scrolls sideways at 1280 px: {found[kind]}"
         )
+
+
+def test_language_switch_goes_to_the_same_page_and_back(new_web, site_url):
+    """The header's switch leads to this page in the other edition (not its home
+    page), and back; the framework chosen on one edition holds on the other."""
+    doc = next(d for d in CHAPTERS if d != DOCS[0])
+    web = new_web()
+    page = open_page(web, site_url, doc)
+    switch = page.locator("a.language-switch").filter(visible=True)
+    assert switch.count() == 1 and switch.inner_text().strip() == "中文"
+    page.locator(
+        'div.sd-tab-set.framework-tabs > label[data-sync-id="pytorch"]'
+    ).first.click()
+    with web.log.loading():
+        switch.click()
+        page.wait_for_url(f"{site_url}/zh/{doc}.html")
+        wait_until_settled(page)
+    assert (page.locator("html").get_attribute("lang") or "").startswith("zh")
+    assert page.locator("h1").first.inner_text().strip() != title_of(doc)
+    assert_all_tabs(page, "pytorch", f"zh/{doc} after switching from English")
+    back = page.locator("a.language-switch").filter(visible=True)
+    assert back.inner_text().strip() == "English"
+    with web.log.loading():
+        back.click()
+        page.wait_for_url(f"{site_url}/{doc}.html")
+        wait_until_settled(page)
+    assert (
+        page.locator("h1")
+        .first.inner_text()
+        .strip()
+        .startswith(title_of(doc).split("`")[0].strip()[:20])
+    )
+    assert_clean(web, f"language switch on {doc}", loads=False)

@@ -1,0 +1,659 @@
+"""The Chinese edition (中文版): the English chapters with translated prose.
+
+Each English page ``book/<name>.md`` is cut into items (:func:`split`): code cells,
+verbatim pieces (front matter, labels, display math, code fences, the
+``{assignment}`` directive, blank lines) and *prose units* (a paragraph, a heading,
+a list, a table, a figure or admonition directive, one glossary entry). The
+translation file ``book/zh/<name>.md`` holds one Chinese text per prose unit, under a
+marker naming the hash of the English text it translates::
+
+    <!-- en 3f2a9c1b7e4d | In the chapters so far the queries, keys and… -->
+    在前面几章里，查询、键和值都来自外部……
+
+The Chinese page is the English page with each unit replaced by its translation
+(:func:`assemble`); code cells and every verbatim piece are the English bytes, so
+the code is never copied by hand and its cached outputs are the English build's.
+
+Drift is an error: an English unit whose hash no translation names is *missing*
+(new or edited English), a translation whose hash no English unit has any more is
+*stale*, and a translation that is the English text itself, or has no Chinese in
+it, is *untranslated* (``sync`` writes the English as a placeholder). A translation
+may not change the math, code or cross-reference targets of its unit
+(:func:`span_problems`), and shows each glossary term it links with the glossary's
+Chinese term (:func:`term_problems`).
+
+    python book/_ext/zh_edition.py status [NAME ...]   coverage and problems (exit 1)
+    python book/_ext/zh_edition.py sync NAME ...       rewrite translation files in the
+                                                       English order, with placeholders
+    python book/_ext/zh_edition.py build [--path-output DIR] [--allow-drift]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ZH = ROOT / "book" / "zh"  # the translations
+META = ZH / "_meta.yml"  # the book's title, the toc captions
+EDITION = "zh"  # the folder of the Chinese site below the English one
+SEARCH_DICT = "search-dict.txt"  # jieba's user dictionary in the generated project
+
+MARKER = re.compile(r"^<!-- en ([0-9a-f]{12})(?: \| .*?)? -->$")
+HEADING = re.compile(r"^#{1,6} ")
+LABEL = re.compile(r"^\([\w:.-]+\)=$")
+FENCE = re.compile(r"^(`{3,}|~{3,}|:{3,})(.*)$")
+DIRECTIVE = re.compile(r"^\{([\w-]+)\}")
+CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+# directives that are code or generated, never prose
+VERBATIM_DIRECTIVES = {"code-cell", "math", "assignment"}
+# directives whose argument is a title to translate (others keep their first line)
+TITLED_DIRECTIVES = {"admonition", "dropdown", "rubric", "card", "topic", "sidebar"}
+
+
+@dataclass
+class Item:
+    kind: str  # "verbatim", "code" or "unit"
+    text: str  # the lines, joined by "\n" (no trailing newline)
+    line: int  # 1-based first line in the English file
+
+    @property
+    def hash(self) -> str:
+        return unit_hash(self.text)
+
+
+def unit_hash(text: str) -> str:
+    normal = "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+    return hashlib.sha256(normal.encode()).hexdigest()[:12]
+
+
+def _fence_end(lines: list[str], start: int, fence: str) -> int:
+    """Index of the line closing the fence opened at ``start`` (or the last line)."""
+    char, size = fence[0], len(fence)
+    for i in range(start + 1, len(lines)):
+        stripped = lines[i].strip()
+        if stripped and set(stripped) == {char} and len(stripped) >= size:
+            return i
+    return len(lines) - 1
+
+
+def _glossary_items(block: list[str], first: int) -> list[Item]:
+    """The glossary directive: its fence lines verbatim, each entry a unit."""
+    items = [Item("verbatim", block[0], first)]
+    body, i = block[1:-1], 0
+    while i < len(body):
+        if not body[i].strip():
+            items.append(Item("verbatim", body[i], first + 1 + i))
+            i += 1
+            continue
+        j = i
+        while j < len(body) and body[j].strip():
+            j += 1
+        items.append(Item("unit", "\n".join(body[i:j]), first + 1 + i))
+        i = j
+    items.append(Item("verbatim", block[-1], first + len(block) - 1))
+    return items
+
+
+def split(text: str) -> list[Item]:
+    """The items of a MyST page; ``"\\n".join`` of their texts gives ``text`` back."""
+    lines = text.split("\n")
+    items: list[Item] = []
+    i = 0
+    if lines and lines[0] == "---":
+        end = lines.index("---", 1)
+        items.append(Item("verbatim", "\n".join(lines[: end + 1]), 1))
+        i = end + 1
+    while i < len(lines):
+        line = lines[i]
+        fence = FENCE.match(line)
+        if not line.strip() or LABEL.match(line) or line.startswith("+++"):
+            items.append(Item("verbatim", line, i + 1))
+            i += 1
+        elif fence:
+            end = _fence_end(lines, i, fence.group(1))
+            block = lines[i : end + 1]
+            name = DIRECTIVE.match(fence.group(2).strip())
+            if name and name.group(1) == "glossary":
+                items += _glossary_items(block, i + 1)
+            elif name is None or name.group(1) in VERBATIM_DIRECTIVES:
+                kind = "code" if name and name.group(1) == "code-cell" else "verbatim"
+                items.append(Item(kind, "\n".join(block), i + 1))
+            else:
+                items.append(Item("unit", "\n".join(block), i + 1))
+            i = end + 1
+        elif line.strip() == "$$":
+            end = next(
+                (j for j in range(i + 1, len(lines)) if lines[j].strip() == "$$"),
+                len(lines) - 1,
+            )
+            items.append(Item("verbatim", "\n".join(lines[i : end + 1]), i + 1))
+            i = end + 1
+        elif HEADING.match(line):
+            items.append(Item("unit", line, i + 1))
+            i += 1
+        else:
+            j = i + 1
+            while (
+                j < len(lines)
+                and lines[j].strip()
+                and not FENCE.match(lines[j])
+                and not HEADING.match(lines[j])
+                and not LABEL.match(lines[j])
+            ):
+                j += 1
+            items.append(Item("unit", "\n".join(lines[i:j]), i + 1))
+            i = j
+    return items
+
+
+# ---------------------------------------------------------------- translations
+
+
+@dataclass
+class Translation:
+    hash: str
+    text: str
+    line: int  # of its marker in the translation file
+
+
+def read_translations(path: Path) -> list[Translation]:
+    if not path.exists():
+        return []
+    found: list[Translation] = []
+    current: Translation | None = None
+    body: list[str] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        marker = MARKER.match(line)
+        if marker:
+            if current:
+                current.text = "\n".join(body).strip("\n")
+                found.append(current)
+            current, body = Translation(marker.group(1), "", number), []
+        elif current:
+            body.append(line)
+    if current:
+        current.text = "\n".join(body).strip("\n")
+        found.append(current)
+    return found
+
+
+INLINE = [
+    # (inline math and code may wrap onto the next line, as in the English)
+    ("math", re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<!\\)\$", re.S)),
+    ("display math", re.compile(r"\$\$(.+?)\$\$", re.S)),
+    # a code span closes with as many backticks as it opened with (CommonMark)
+    (
+        "code",
+        re.compile(r"(?<![`}])(?P<ticks>`+)(?!`)(?P<v>.+?)(?<!`)(?P=ticks)(?!`)", re.S),
+    ),
+    ("link target", re.compile(r"\{(?:doc|ref|download|numref)\}`[^`<]*<([^>`]+)>`")),
+    ("link target", re.compile(r"\{(?:doc|ref|download|numref)\}`([^`<]+)`")),
+    ("option", re.compile(r"^\s*(:(?!alt:)[\w-]+:.*)$", re.M)),
+]
+
+
+def spans(text: str) -> Counter:
+    found: Counter = Counter()
+    text_no_roles = re.sub(r"\{[a-z]+\}`[^`]*`", "", text)
+    for kind, pattern in INLINE:
+        source = text if kind in ("link target", "option") else text_no_roles
+        if kind == "math":
+            source = re.sub(r"\$\$.+?\$\$", "", source, flags=re.S)
+        if kind == "code":  # a directive's fence is no code span
+            source = re.sub(r"^[ \t]*(`{3,}|~{3,}|:{3,}).*$", "", source, flags=re.M)
+        for match in pattern.finditer(source):
+            value = match.group("v") if kind == "code" else match.group(1)
+            found[(kind, " ".join(value.split()))] += 1
+    return found
+
+
+# a line break between two Chinese characters (or full-width punctuation)
+# (emphasis stars on one side at most: ``**粗**`` + ``*斜*`` must not touch)
+_HAN = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef"
+CJK_BREAK = re.compile(
+    rf"([{_HAN}]\**)\n[ \t]*(?=[{_HAN}])|([{_HAN}])\n[ \t]*(?=\*+[{_HAN}])"
+)
+
+
+def join_cjk_lines(text: str) -> str:
+    """Join the lines of a Chinese paragraph where both sides are Chinese: HTML
+    shows a line break as a space, which Chinese text does not have. A line that
+    opens a list item (``* ``), a table row or a heading starts with no Chinese
+    character, so the Markdown structure stays."""
+    return CJK_BREAK.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+def span_problems(english: str, chinese: str) -> list[str]:
+    """Math, code, link targets and directive options the translation added or
+    altered: each must appear in the English unit (the Chinese may drop one)."""
+    have = spans(english)
+    problems = []
+    for kind, value in spans(chinese):
+        if have[(kind, value)] == 0:
+            problems.append(f"{kind} not in the English: {value[:60]!r}")
+    problems += term_problems(english, chinese)
+    first_en, first_zh = english.split("\n", 1)[0], chinese.split("\n", 1)[0]
+    fence = FENCE.match(first_en)
+    if fence:
+        name = DIRECTIVE.match(fence.group(2).strip())
+        head = f"{fence.group(1)}{{{name.group(1)}}}" if name else fence.group(1)
+        if name and name.group(1) not in TITLED_DIRECTIVES:
+            head = first_en.rstrip()  # e.g. a figure keeps its file
+        if not first_zh.startswith(head):
+            problems.append(f"must open with {head!r} as the English does")
+    return problems
+
+
+TERM = re.compile(r"\{term\}`([^`<]*?)\s*(?:<([^>`]+)>)?`")
+
+
+def term_roles(text: str) -> list[tuple[str, str]]:
+    """The ``{term}`` roles of a text as (shown text, glossary target)."""
+    return [
+        (m.group(1).strip(), (m.group(2) or m.group(1)).strip())
+        for m in TERM.finditer(text)
+    ]
+
+
+def term_problems(english: str, chinese: str) -> list[str]:
+    """A translation links the same glossary entries as its English unit, each
+    shown with the Chinese term of the termbase (the English glossary)."""
+    targets_en = Counter(t.lower() for _, t in term_roles(english))
+    roles_zh = term_roles(chinese)
+    targets_zh = Counter(t.lower() for _, t in roles_zh)
+    problems = []
+    if targets_zh != targets_en:
+        problems.append(
+            f"{{term}} targets {sorted(targets_zh.elements())} differ from the "
+            f"English {sorted(targets_en.elements())}"
+        )
+    terms = termbase()
+    for shown, target in roles_zh:
+        chinese_term = terms.get(target.lower())
+        if chinese_term is None:
+            problems.append(f"{{term}} target {target!r} is not in the glossary")
+        elif chinese_term not in shown:
+            problems.append(
+                f"{{term}} {target!r} must show the glossary's Chinese "
+                f"{chinese_term!r} (shows {shown!r})"
+            )
+    return problems
+
+
+def glossary_problems(english: str, chinese: str) -> list[str]:
+    """A Chinese glossary entry: its Chinese term, then the English term(s)."""
+    heads_en = [line for line in english.split("\n") if not line.startswith(" ")]
+    if len(heads_en) == len(english.split("\n")):
+        return []  # not an entry (the page's heading and lead)
+    heads_zh = [line for line in chinese.split("\n") if not line.startswith(" ")]
+    chinese_term = termbase().get(heads_en[0].strip().lower())
+    if chinese_term is None:
+        return [f"the English entry {heads_en[0]!r} names no Chinese term"]
+    want = [chinese_term] + heads_en
+    if heads_zh != want:
+        return [f"entry must open with the lines {want} (has {heads_zh})"]
+    return []
+
+
+@dataclass
+class Report:
+    name: str
+    units: int = 0
+    translated: int = 0
+    missing: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    untranslated: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return self.missing + self.stale + self.untranslated + self.invalid
+
+    def as_dict(self) -> dict:
+        return {
+            "page": self.name,
+            "units": self.units,
+            "translated": self.translated,
+            "coverage": round(self.translated / self.units, 4) if self.units else 1,
+            "missing": len(self.missing),
+            "stale": len(self.stale),
+            "untranslated": len(self.untranslated),
+            "invalid": len(self.invalid),
+        }
+
+
+def _excerpt(text: str, size: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= size else flat[: size - 1] + "…"
+
+
+def english_path(name: str) -> Path:
+    return ROOT / "book" / f"{name}.md"
+
+
+def translation_path(name: str) -> Path:
+    return ZH / f"{name}.md"
+
+
+def assemble(name: str, allow_drift: bool = False) -> tuple[str, Report]:
+    """The Chinese page of ``book/<name>.md`` and its report. A unit without a
+    usable translation keeps its English text (the report says so)."""
+    items = split(english_path(name).read_text(encoding="utf-8"))
+    translations = read_translations(translation_path(name))
+    rel = translation_path(name).relative_to(ROOT)
+    by_hash: dict[str, list[Translation]] = {}
+    for t in translations:
+        by_hash.setdefault(t.hash, []).append(t)
+    report, out, used = Report(name), [], set()
+    for item in items:
+        if item.kind != "unit":
+            out.append(item.text)
+            continue
+        report.units += 1
+        candidates = [t for t in by_hash.get(item.hash, []) if id(t) not in used]
+        where = f"book/{name}.md:{item.line}"
+        if not candidates:
+            report.missing.append(
+                f"{where}: no translation of {item.hash} ({_excerpt(item.text)})"
+            )
+            out.append(item.text)
+            continue
+        t = candidates[0]
+        used.add(id(t))
+        if unit_hash(t.text) == item.hash or not CJK.search(t.text):
+            report.untranslated.append(f"{rel}:{t.line}: {item.hash} is still English")
+            out.append(item.text)
+            continue
+        bad = span_problems(item.text, t.text)
+        if name == "glossary":
+            bad += glossary_problems(item.text, t.text)
+        if bad:
+            report.invalid += [f"{rel}:{t.line}: {item.hash}: {p}" for p in bad]
+        report.translated += 1
+        out.append(join_cjk_lines(t.text))
+    for t in translations:
+        if id(t) not in used:
+            report.stale.append(
+                f"{rel}:{t.line}: {t.hash} translates English that is no longer "
+                f"there ({_excerpt(t.text, 40)})"
+            )
+    return "\n".join(out), report
+
+
+def sync(name: str) -> Path:
+    """Rewrite the translation file in the English order: kept translations, an
+    English placeholder under the marker of each missing unit, and stale
+    translations (marked ``stale``, so they still fail) where they stood."""
+    items = [i for i in split(english_path(name).read_text()) if i.kind == "unit"]
+    old = read_translations(translation_path(name))
+    pool: dict[str, list[Translation]] = {}
+    for t in old:
+        pool.setdefault(t.hash, []).append(t)
+    kept_ids = set()
+    blocks = [
+        f"<!-- Chinese prose of book/{name}.md, one unit per marker "
+        "(book/_ext/zh_edition.py). -->"
+    ]
+    for item in items:
+        t = pool.get(item.hash, []) and pool[item.hash].pop(0)
+        if t:
+            kept_ids.add(id(t))
+        text = t.text if t else item.text
+        blocks.append(f"<!-- en {item.hash} | {_excerpt(item.text, 60)} -->\n{text}")
+    for t in old:
+        if id(t) not in kept_ids:
+            blocks.append(
+                f"<!-- en {t.hash} | STALE: its English changed or went; translate "
+                f"the new unit and delete this one -->\n{t.text}"
+            )
+    path = translation_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- the book
+
+
+def toc() -> dict:
+    return yaml.safe_load((ROOT / "_toc.yml").read_text())
+
+
+def page_names() -> list[str]:
+    """Every page of the English toc, as ``book/<name>`` -> ``<name>``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from execute_parallel import toc_names
+
+    return [n.removeprefix("book/") for n in toc_names(ROOT / "_toc.yml")]
+
+
+def meta() -> dict:
+    return yaml.safe_load(META.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def termbase() -> dict[str, str]:
+    """English glossary term (lower case) -> its Chinese term, read from the
+    English glossary: each definition opens with the Chinese term."""
+    text = english_path("glossary").read_text(encoding="utf-8")
+    terms: dict[str, str] = {}
+    for item in split(text):
+        lines = item.text.split("\n")
+        if item.kind != "unit" or len(lines) < 2 or not lines[1].startswith("  "):
+            continue
+        heads = [line for line in lines if not line.startswith(" ")]
+        definition = lines[len(heads)].strip()
+        chinese = re.match(r"(.+?)(?: \(|\.(?:\s|$))", definition)
+        if chinese and CJK.search(chinese.group(1)):
+            for head in heads:
+                terms[head.strip().lower()] = chinese.group(1).strip()
+    return terms
+
+
+def zh_toc() -> dict:
+    captions = meta()["captions"]
+    data = toc()
+    for part in data.get("parts", []):
+        if part["caption"] not in captions:
+            raise SystemExit(
+                f"{META.relative_to(ROOT)}: no caption for {part['caption']!r}"
+            )
+        part["caption"] = captions[part["caption"]]
+    return data
+
+
+def zh_source(out_root: Path) -> Path:
+    """The generated Chinese Jupyter Book project."""
+    return out_root / "_build" / "zh-src"
+
+
+def zh_config(out_root: Path) -> dict:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["title"] = meta()["title"]
+    config["author"] = meta().get("author", config["author"])
+    config["execute"]["cache"] = str(out_root / "_build" / ".jupyter_cache")
+    config["exclude_patterns"] += ["_build", "solutions", "exercises", SEARCH_DICT]
+    sphinx = config["sphinx"]
+    sphinx["local_extensions"] = {
+        name: str(ROOT / path) for name, path in sphinx["local_extensions"].items()
+    }
+    sphinx["config"].update(
+        {
+            "language": "zh_CN",
+            "html_search_language": "zh",
+            "html_search_options": {"dict": str(zh_source(out_root) / SEARCH_DICT)},
+            "language_switch_edition": EDITION,
+            "assignment_language": "zh",
+        }
+    )
+    config["latex"]["latex_documents"]["targetname"] = "attention-course-zh.tex"
+    return config
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Sphinx rebuilds what changed; an unchanged page keeps its mtime."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+def search_dictionary() -> str:
+    """jieba's user dictionary: the glossary's Chinese terms stay whole words in
+    the search index (so 多头注意力 finds multi-head attention), each also cut
+    into the smaller words jieba knows."""
+    words = sorted({t for t in termbase().values() if CJK.search(t)})
+    words += sorted(set(meta().get("search_words", [])) - set(words))
+    return "".join(f"{w.replace(' ', '')} 100000 n\n" for w in words)
+
+
+def generate(src: Path, out_root: Path, allow_drift: bool) -> list[Report]:
+    """Write the Chinese Jupyter Book project into ``src``."""
+    reports = []
+    for name in page_names():
+        text, report = assemble(name, allow_drift)
+        reports.append(report)
+        write_if_changed(src / "book" / f"{name}.md", text)
+    write_if_changed(
+        src / "_config.yml", yaml.safe_dump(zh_config(out_root), allow_unicode=True)
+    )
+    write_if_changed(
+        src / "_toc.yml", yaml.safe_dump(zh_toc(), allow_unicode=True, sort_keys=False)
+    )
+    write_if_changed(src / SEARCH_DICT, search_dictionary())
+    for folder in ("solutions", "exercises"):
+        link = src / folder
+        if not link.is_symlink():
+            link.symlink_to(ROOT / folder)
+    figures = src / "book" / "figures"
+    if figures.exists():
+        shutil.rmtree(figures)
+    shutil.copytree(ROOT / "book" / "figures", figures)
+    return reports
+
+
+def coverage_text(reports: list[Report]) -> str:
+    rows = [
+        "| page | units | translated | missing | stale | untranslated | invalid |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in reports:
+        d = r.as_dict()
+        rows.append(
+            f"| {r.name} | {d['units']} | {d['translated']} | {d['missing']} "
+            f"| {d['stale']} | {d['untranslated']} | {d['invalid']} |"
+        )
+    total = sum(r.units for r in reports)
+    done = sum(r.translated for r in reports)
+    rows.append(f"| **all** | {total} | {done} ({done / max(total, 1):.1%}) | | | | |")
+    return "\n".join(rows)
+
+
+def uncached(src: Path, cache_path: Path) -> list[str]:
+    """Chinese notebooks whose code the English build has not executed."""
+    import jupytext
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(cache_path))
+    missing = []
+    for page in sorted((src / "book").glob("*.md")):
+        notebook = jupytext.read(page)
+        if "kernelspec" not in notebook.metadata:
+            continue
+        try:
+            cache.match_cache_notebook(notebook)
+        except KeyError:
+            missing.append(page.name)
+    return missing
+
+
+def build(out_root: Path, allow_drift: bool) -> int:
+    start = time.perf_counter()
+    src = zh_source(out_root)
+    reports = generate(src, out_root, allow_drift)
+    report_dir = out_root / "_build" / "zh-report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "coverage.json").write_text(
+        json.dumps([r.as_dict() for r in reports], indent=1) + "\n"
+    )
+    (report_dir / "coverage.md").write_text(coverage_text(reports) + "\n")
+    problems = [p for r in reports for p in r.problems]
+    if problems and not allow_drift:
+        print("The Chinese edition is out of date with the English:", file=sys.stderr)
+        print("\n".join(problems), file=sys.stderr)
+        print(
+            "(python book/_ext/zh_edition.py sync NAME writes placeholders; "
+            "--allow-drift builds with the English text)",
+            file=sys.stderr,
+        )
+        return 1
+    cache = out_root / "_build" / ".jupyter_cache"
+    missing = uncached(src, cache)
+    if missing:
+        print(
+            f"Not in the English execution cache {cache}: {', '.join(missing)}; "
+            "build the English edition first (make book).",
+            file=sys.stderr,
+        )
+        return 1
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run(
+        # --all: every page again (cheap, nothing executes), so a changed title
+        # reaches every page's navigation
+        [str(jb), "build", str(src), "--all", "-W", "-n", "--keep-going"],
+        capture_output=True,
+        text=True,
+    )
+    (report_dir / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        print(proc.stdout[-6000:], proc.stderr[-6000:], file=sys.stderr)
+        return proc.returncode
+    site = out_root / "_build" / "html" / EDITION
+    if site.exists():
+        shutil.rmtree(site)
+    shutil.copytree(src / "_build" / "html", site)
+    seconds = time.perf_counter() - start
+    (report_dir / "build-seconds.txt").write_text(f"{seconds:.1f}\n")
+    print(coverage_text(reports))
+    print(f"Chinese edition: {site} ({seconds:.1f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    status_cmd = sub.add_parser("status", help="coverage and problems")
+    status_cmd.add_argument("names", nargs="*")
+    sync_cmd = sub.add_parser("sync", help="rewrite translation files")
+    sync_cmd.add_argument("names", nargs="+")
+    build_cmd = sub.add_parser("build", help="build the Chinese site")
+    build_cmd.add_argument("--path-output", type=Path, default=ROOT)
+    build_cmd.add_argument("--allow-drift", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "sync":
+        for name in args.names:
+            print(sync(name).relative_to(ROOT))
+        return 0
+    if args.command == "status":
+        reports = [assemble(n)[1] for n in (args.names or page_names())]
+        print(coverage_text(reports))
+        problems = [p for r in reports for p in r.problems]
+        print("\n".join(problems))
+        return 1 if problems else 0
+    return build(args.path_output.resolve(), args.allow_drift)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
