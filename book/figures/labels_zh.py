@@ -74,7 +74,7 @@ LABELS: dict[str, str] = {
     "no gradient": "梯度无法",
     "through the draw": "穿过这次抽样",
     "ways around: REINFORCE": "绕开的办法：REINFORCE",
-    "or a relaxed sample (Gumbel-softmax)": "或者松弛的样本（Gumbel-softmax）",
+    "or a relaxed sample (Gumbel-softmax)": "或者用松弛后的样本（Gumbel-softmax）",
     # masks-padding-causal (book/key-value-masking.md)
     "Masks: which keys each query may attend": "掩码：每个查询可以关注哪些键",
     "may attend (True)": "可以关注（True）",
@@ -98,9 +98,9 @@ LABELS: dict[str, str] = {
     "Causal, bottom-right": "因果掩码（右下角对齐）",
     "cached": "已缓存",  # also kv-cache-gqa
     "new": "新",  # also kv-cache-gqa
-    "3 new queries (at positions 3-5) over": "3 个新查询（位于位置 3-5）",
-    "6 keys, as a decoder with a KV": "对 6 个键，这正是带键值缓存的",
-    "cache needs: query i may attend": "解码器所需要的：查询 i 可以关注",
+    "3 new queries (at positions 3-5) over": "3 个新查询（位置 3-5）、6 个键，",
+    "6 keys, as a decoder with a KV": "正如带键值缓存的解码器所需：",
+    "cache needs: query i may attend": "查询 i 可以关注",
     r"key $j \leq i + (n_k - n_q)$; the": r"键 $j \leq i + (n_k - n_q)$；",
     "diagonal ends at the bottom-right": "对角线终止于右下角",
     "Rows are queries, columns keys. With as many queries as keys the two causal "
@@ -109,7 +109,7 @@ LABELS: dict[str, str] = {
     ),
     "than keys, top-left alignment would hide from the newest queries the cached "
     "keys that came before them.": (
-        "左上角对齐会让最新的查询看不到排在它们之前的已缓存的键。"
+        "左上角对齐会让最新的查询看不到位于它们之前的已缓存键。"
     ),
     # self-attention (book/self-attention.md)
     "Self-attention: queries, keys and values from one sequence": (
@@ -138,13 +138,13 @@ LABELS: dict[str, str] = {
     "values": "值",
     "GRU": "GRU",
     "embedding of the previous word": "上一个词的嵌入",
-    "scores read": "分数读取",
+    "scores read": "打分时读取",
     "every state": "每个状态",
     "Style 2: location": "风格 2：location",
-    "weights from a dense layer over positions": "权重由全连接层按位置直接给出",
+    "weights from a dense layer over positions": "权重由线性层按位置直接给出",
     "L scores, one per position": "L 个分数，每个位置一个",
     "masked": "被遮住",
-    "scores never": "分数从不",
+    "scores never": "打分时从不",
     r"read $\mathbf{h}_j$": r"读取 $\mathbf{h}_j$",
     # cross-attention (book/cross-attention-seq2seq.md)
     "Cross-attention: the decoder's states query the encoder's states": (
@@ -152,16 +152,16 @@ LABELS: dict[str, str] = {
     ),
     "queries:": "查询：",
     "decoder states": "解码器状态",
-    "(one per output word)": "每个输出词对应一个",
+    "(one per output word)": "（每个输出词一个）",
     "keys and values:": "键和值：",
     "encoder states": "编码器状态",
     'Writing "Beijing": its query scores all three source states and reads mostly '
-    "北京.": "写出“Beijing”时，它的查询给三个源状态都打分，读取的主要是“北京”。",
+    "北京.": "写出“Beijing”时，这一步的查询给三个源状态都打了分，主要读取的是“北京”。",
     "weights: row = output word,": "权重：每行对应一个输出词，",
     "(illustrative numbers)": "（示意数值）",
     # multihead-split-merge (book/multi-head-attention.md)
     "Splitting and merging heads (T = 3, d_model = 8, h = 4, d_head = 2)": (
-        "拆分与合并头（T = 3，d_model = 8，h = 4，d_head = 2）"
+        "头的拆分与合并（T = 3，d_model = 8，h = 4，d_head = 2）"
     ),
     "input X": "输入 X",
     "(B, T, d_model)": "(B, T, d_model)",
@@ -215,11 +215,11 @@ LABELS: dict[str, str] = {
     "attn_mask,\nkey_padding_mask (bool)": "attn_mask,\nkey_padding_mask (bool)",
     "BLOCKED": "屏蔽",
     "attncourse": "attncourse",
-    "(this course)": "(本课程)",
+    "(this course)": "（本课程）",
     "attended": "被关注",
     "blocked": "被屏蔽",  # also kv-cache-gqa
     "Float masks (torch) are added to the scores: 0 keeps a key, -inf blocks "
-    "it.": "浮点掩码（torch）直接加到分数上：0 保留一个键，-inf 屏蔽它。",
+    "it.": "浮点掩码（torch）直接加到分数上：0 保留该键，-inf 屏蔽该键。",
     "Letters: the boolean you pass; colours: what the API does with it. Handing a "
     "True = attend mask to nn.MultiheadAttention": (
         "字母是你传入的布尔值，颜色是 API 对它的处理。"
@@ -235,7 +235,7 @@ LABELS: dict[str, str] = {
     "n = 16": "n = 16",
     "256 scores": "256 个分数",
     "Every query scores every key: twice the": "每个查询都要给每个键打分：长度",
-    "length, four times the scores. Time and": "翻一倍，分数就变为四倍。时间和",
+    "length, four times the scores. Time and": "翻一倍，分数的个数就变为四倍。时间和",
     "memory grow as O(n²).": "内存都按 O(n²) 增长。",
     "query block": "查询块",
     "key / value blocks stream in  →": "键块 / 值块依次流入  →",
@@ -277,7 +277,7 @@ LABELS: dict[str, str] = {
         "前向传播保存的：O 和 L（L 每个查询一个数，形状 (b, nq)）"
     ),
     "never saved: the (nq, nk) weights P; each tile is rebuilt, used, dropped": (
-        "从不保存的：(nq, nk) 的权重 P；每个块重建、用完即丢弃"
+        "从不保存的：(nq, nk) 的权重 P；每个块都现场重建、用完即丢弃"
     ),
     "skipped tiles (j > i) are skipped here too": "跳过的块（j > i）在这里同样跳过",
     # kv-cache-gqa (book/kv-cache.md)
@@ -318,7 +318,7 @@ LABELS: dict[str, str] = {
     "ALiBi: a fixed bias per head": "ALiBi：每个头一个固定的偏置",
     "features of q": "q 的特征",
     "halves: feature i pairs with i + d/2 (d = 8)": (
-        "两半配对：特征 i 与 i + d/2 成对（d = 8）"
+        "前后两半配对：特征 i 与 i + d/2 一对（d = 8）"
     ),
     "m=0": "m=0",
     "m=1": "m=1",
@@ -343,7 +343,7 @@ LABELS: dict[str, str] = {
         "分数 + 偏置，偏置 = -斜率 × (i - j)：键越早，"
     ),
     "more, steeply in head 1, hardly in head 4 (rows: queries)": (
-        "代价越大，头 1 增长很陡，头 4 几乎不变（行：查询）"
+        "惩罚越大：头 1 中增长很陡，头 4 中几乎不变（行：查询）"
     ),
     # sliding-window-band (book/sparse-linear-attention.md)
     "Sliding-window attention: a band in the grid, stored as a band": (
@@ -419,7 +419,7 @@ LABELS: dict[str, str] = {
     "next token": "下一个词元",
     "A B ... A -> B. Induction score of a head: its weight on the token after an "
     "earlier copy of the query's token.": (
-        "A B ... A -> B。头的归纳分数：查询的词元上一次出现时，"
+        "A B ... A -> B。头的归纳分数：查询的词元此前出现时，"
         "紧随其后的那个词元所得到的权重。"
     ),
     # transformer-block (book/transformer-block.md)
