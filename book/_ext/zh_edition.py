@@ -537,10 +537,15 @@ def generate(src: Path, out_root: Path, allow_drift: bool) -> list[Report]:
         link = src / folder
         if not link.is_symlink():
             link.symlink_to(ROOT / folder)
+    # the diagrams: the Chinese SVGs (draw.py --language zh) under the English
+    # names, so the figure directives stay the English bytes
     figures = src / "book" / "figures"
     if figures.exists():
         shutil.rmtree(figures)
-    shutil.copytree(ROOT / "book" / "figures", figures)
+    english = ROOT / "book" / "figures"
+    shutil.copytree(english, figures, ignore=shutil.ignore_patterns("zh"))
+    for svg in sorted((english / "zh").glob("*.svg")):
+        shutil.copyfile(svg, figures / svg.name)
     return reports
 
 

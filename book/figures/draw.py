@@ -21,6 +21,12 @@ Conventions, shared by every figure through the helpers below:
   pydata-sphinx-theme puts content images on a white background and dims them a
   little (``brightness(.8) contrast(1.2)``) in dark mode, and the card makes the
   figure independent of that CSS (and readable in any other viewer).
+
+The Chinese edition has its own copies, drawn by the same code with the labels of
+``labels_zh.py``: ``draw.py --language zh`` writes book/figures/zh/<name>.svg. With
+``LANGUAGE = "zh"`` every string that ``Canvas.text`` draws with Latin letters outside
+``$…$`` is replaced by its entry in ``LABELS``; a string missing there makes
+``draw()`` fail, naming it and its figure.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ matplotlib.use("svg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib import font_manager  # noqa: E402
+from matplotlib import font_manager, patheffects  # noqa: E402
+from matplotlib.offsetbox import AnnotationBbox, HPacker, TextArea  # noqa: E402
 from matplotlib.patches import (  # noqa: E402
     Circle,
     FancyArrowPatch,
@@ -51,6 +58,11 @@ from matplotlib.textpath import TextPath  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SALT = "attention-course-figures"
+LANGUAGES = ("en", "zh")
+LANGUAGE = "en"  # set by draw(); "zh" draws the labels of labels_zh.py
+_FIGURE = ""  # the figure being drawn, for the report of missing labels
+_MISSING: dict[str, list[str]] = {}  # figure -> zh labels missing from LABELS
+_USED: set[str] = set()  # the LABELS keys looked up since draw() began
 CJK_FAMILY = "Noto Sans CJK SC"
 SC_FACE = 2  # Noto Sans CJK SC inside the collection (as in book/_ext/cjk_webfont.py)
 
@@ -78,27 +90,42 @@ def tint(color: str, amount: float) -> tuple[float, float, float]:
 # fonts
 
 
-def cjk_characters() -> str:
-    """Every CJK character in this file (so the subset covers every figure)."""
-    text = Path(__file__).read_text(encoding="utf-8")
-    return "".join(sorted(set(re.findall(r"[\u3000-\u303f\u4e00-\u9fff]", text))))
+CJK = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"  # with full-width punctuation
+
+
+def cjk_characters(files: Sequence[Path] | None = None) -> str:
+    """Every CJK character in ``files``: by default this file and labels_zh.py, so
+    the subset covers every figure in both languages."""
+    files = files or [Path(__file__), HERE / "labels_zh.py"]
+    text = "".join(Path(f).read_text(encoding="utf-8") for f in files)
+    return "".join(sorted(set(re.findall(CJK, text))))
 
 
 def register_cjk_font(folder: Path) -> None:
     """Subset Noto Sans CJK SC to the characters used and register it with
     Matplotlib (its FT2Font opens only the first face of a .ttc collection, which is
-    the Japanese one)."""
+    the Japanese one).
+
+    Matplotlib's SVG text-to-path layout looks a glyph's font up by its glyph id
+    alone, so a CJK glyph whose id is also that of a DejaVu glyph drawn after it
+    lends that glyph its advance (a subset renumbered from 1 widened the spaces of
+    "a noisy 北京" to 1 em). The subset therefore keeps Noto's own glyph ids
+    (``retain_gids``): CJK ideographs sit far above DejaVu Sans's ~6,000 glyphs."""
     import noto_cjk_sans_otc
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
     font = TTFont(str(noto_cjk_sans_otc.FONT_PATH), fontNumber=SC_FACE, lazy=True)
-    subsetter = subset.Subsetter(subset.Options())
+    options = subset.Options()
+    options.retain_gids = True
+    subsetter = subset.Subsetter(options)
     subsetter.populate(text=cjk_characters())
     subsetter.subset(font)
     path = folder / "cjk-sc-subset.otf"
     font.save(str(path))
-    font_manager.fontManager.addfont(str(path))
+    manager = font_manager.fontManager  # forget a subset of an earlier draw()
+    manager.ttflist = [f for f in manager.ttflist if f.name != CJK_FAMILY]
+    manager.addfont(str(path))
 
 
 def style() -> None:
@@ -149,9 +176,59 @@ class Canvas:
 
     # -- text
     def text(self, x, y, s, *, fs=FS, ha="center", va="center", color=INK, **kw):
+        if LANGUAGE == "zh":
+            s = translate(s)
+            if re.search(CJK, without_math(s)):
+                return self.zh_text(x, y, s, fs=fs, ha=ha, va=va, color=color, **kw)
         if s.startswith("$") and s.endswith("$"):
             fs *= 1.1  # Computer Modern looks smaller than DejaVu Sans
         return self.ax.text(x, y, s, fontsize=fs, ha=ha, va=va, color=color, **kw)
+
+    def zh_text(self, x, y, s, *, fs, ha, va, color, zorder=3, **kw):
+        """Text with Chinese in it. The CJK font has no bold face: bold CJK gets a
+        thin outline of its colour. Mathtext sets the text around maths in one
+        font, which has no CJK; so a string with maths, or bold with other letters
+        than CJK, is drawn as runs (of maths, of CJK, of the rest) packed on one
+        baseline."""
+        if isinstance(kw.get("family"), str):  # e.g. DejaVu Sans Mono: add CJK
+            kw["family"] = [kw["family"], CJK_FAMILY]
+        bold = kw.get("weight") == "bold"
+        outline = [
+            patheffects.withStroke(
+                linewidth=0.04 * fs, foreground=color, joinstyle="round"
+            )
+        ]
+        split = r"(\$[^$]*\$" + (f"|{CJK}+)" if bold else ")")
+        runs = [run for run in re.split(split, s) if run]
+        props = {"fontsize": fs, "color": color, **kw}
+
+        def cjk(run: str) -> bool:
+            return bold and re.fullmatch(f"{CJK}+", run) is not None
+
+        if len(runs) == 1:
+            if cjk(s):
+                props["path_effects"] = outline
+            return self.ax.text(x, y, s, ha=ha, va=va, zorder=zorder, **props)
+        if set(kw) - {"weight", "family"} or "\n" in s:
+            raise ValueError(f"cannot draw {s!r} with {sorted(kw)} as runs")
+        children = []
+        for run in runs:
+            textprops = {**props, "path_effects": outline} if cjk(run) else props
+            children.append(TextArea(run, textprops=textprops))
+        box = AnnotationBbox(
+            HPacker(children=children, align="baseline", pad=0, sep=0),
+            (x, y),
+            box_alignment=(
+                {"left": 0.0, "center": 0.5, "right": 1.0}[ha],
+                {"bottom": 0.0, "center": 0.5, "top": 1.0}[va],
+            ),
+            frameon=False,
+            pad=0,
+            annotation_clip=False,
+            zorder=zorder,
+        )
+        self.ax.add_artist(box)
+        return box
 
     def title(self, x, y, s, *, ha="left", fs=BIG, **kw):
         return self.text(x, y, s, fs=fs, ha=ha, weight="bold", **kw)
@@ -365,6 +442,33 @@ class Canvas:
             t = self.note(x + cell + 0.6, y, label, color=INK)
             x += cell + 0.6 + text_width(t) + gap
         return x
+
+
+def without_math(s: str) -> str:
+    return re.sub(r"\$[^$]*\$", "", s)
+
+
+def needs_translation(s: str) -> bool:
+    """Whether ``s`` has Latin letters outside ``$…$`` maths."""
+    return bool(re.search(r"[A-Za-z]", without_math(s)))
+
+
+def translate(s: str) -> str:
+    """The Chinese label for ``s`` (``s`` itself when it needs none). A label
+    missing from labels_zh.LABELS is drawn as it is and noted for draw() to report."""
+    if not needs_translation(s):
+        return s
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from labels_zh import LABELS
+
+    if s not in LABELS:
+        missing = _MISSING.setdefault(_FIGURE, [])
+        if s not in missing:
+            missing.append(s)
+        return s
+    _USED.add(s)
+    return LABELS[s]
 
 
 def text_width(artist) -> float:
@@ -1624,38 +1728,88 @@ def all_figures() -> dict[str, Callable[[], Canvas]]:
     return figures
 
 
-def draw(names: Sequence[str], out: Path, png: Path | None = None) -> list[Path]:
+def draw(
+    names: Sequence[str], out: Path, png: Path | None = None, language: str = "en"
+) -> list[Path]:
+    """Draw the figures ``names`` into ``out`` (and PNG previews into ``png``) with
+    the labels of ``language``. A figure with a Chinese label missing from
+    labels_zh.LABELS is not written, and draw() fails after the others; drawing
+    every figure in Chinese also fails on an entry of LABELS that none draws."""
+    global LANGUAGE, _FIGURE
+    if language not in LANGUAGES:
+        raise SystemExit(f"unknown language {language!r}; known: {list(LANGUAGES)}")
     FIGURES = all_figures()
     unknown = sorted(set(names) - set(FIGURES))
     if unknown:
         raise SystemExit(f"unknown figure(s): {unknown}; known: {sorted(FIGURES)}")
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    with tempfile.TemporaryDirectory() as tmp:
-        register_cjk_font(Path(tmp))
-        style()
-        for name in names:
-            canvas = FIGURES[name]()
-            path = out / f"{name}.svg"
-            path.write_bytes(svg_bytes(canvas.fig))
-            written.append(path)
-            if png is not None:
-                png.mkdir(parents=True, exist_ok=True)
-                canvas.fig.savefig(png / f"{name}.png", dpi=110)
-            plt.close(canvas.fig)
+    LANGUAGE = language
+    _MISSING.clear()
+    _USED.clear()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            register_cjk_font(Path(tmp))
+            style()
+            for name in names:
+                _FIGURE = name
+                canvas = FIGURES[name]()
+                if name not in _MISSING:
+                    path = out / f"{name}.svg"
+                    path.write_bytes(svg_bytes(canvas.fig))
+                    written.append(path)
+                    if png is not None:
+                        png.mkdir(parents=True, exist_ok=True)
+                        canvas.fig.savefig(png / f"{name}.png", dpi=110)
+                plt.close(canvas.fig)
+    finally:
+        LANGUAGE, _FIGURE = "en", ""
+    problems = [
+        f"  {name}: {s!r}" for name, missing in _MISSING.items() for s in missing
+    ]
+    if problems:
+        problems.insert(
+            0,
+            f"{len(problems)} label(s) missing from book/figures/labels_zh.py "
+            "(figures not written):",
+        )
+    if language == "zh" and set(names) == set(FIGURES):
+        from labels_zh import LABELS
+
+        unused = [s for s in LABELS if s not in _USED]  # the English lost them
+        if unused:
+            problems.append(
+                f"{len(unused)} label(s) of book/figures/labels_zh.py that no "
+                "figure draws:"
+            )
+            problems += [f"  {s!r}" for s in unused]
+    if problems:
+        raise SystemExit("\n".join(problems))
     return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="figures to draw (default: all)")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder for the SVGs")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for the SVGs (default: book/figures, or book/figures/zh for zh)",
+    )
     parser.add_argument("--png", type=Path, help="also write PNG previews here")
+    parser.add_argument(
+        "--language", choices=LANGUAGES, default="en", help="the labels' language"
+    )
     args = parser.parse_args(argv)
-    for path in draw(args.names or list(all_figures()), args.out, args.png):
+    out = args.out or (HERE if args.language == "en" else HERE / args.language)
+    names = args.names or list(all_figures())
+    for path in draw(names, out, args.png, language=args.language):
         print(path)
     return 0
 
 
 if __name__ == "__main__":
+    # the fig_*.py modules import this file as ``draw``: let them share this module
+    # (and its LANGUAGE) rather than load a second copy
+    sys.modules.setdefault("draw", sys.modules[__name__])
     sys.exit(main())

@@ -1,6 +1,7 @@
 """The book's diagrams: book/figures/draw.py draws every committed SVG, byte for
-byte, and each SVG is self-contained (loads nothing, needs no font), keeps its own
-light card (readable in dark mode) and is shown by some chapter."""
+byte, in English (book/figures/) and in Chinese (book/figures/zh/, the labels of
+labels_zh.py); each SVG is self-contained (loads nothing, needs no font), keeps its
+own light card (readable in dark mode) and is shown by some chapter."""
 
 import re
 import subprocess
@@ -11,6 +12,8 @@ import pytest
 from support.book import ROOT
 
 FIGURES = ROOT / "book" / "figures"
+FOLDERS = {"en": FIGURES, "zh": FIGURES / "zh"}
+LANGUAGES = pytest.mark.parametrize("language", sorted(FOLDERS))
 NAMES = [
     "addressing-qkv",
     "scoring-three-steps",
@@ -35,43 +38,101 @@ SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"
 
 
-def committed() -> list[str]:
-    return sorted(p.stem for p in FIGURES.glob("*.svg"))
+def committed(language: str = "en") -> list[str]:
+    return sorted(p.stem for p in FOLDERS[language].glob("*.svg"))
 
 
-@pytest.fixture(scope="module")
-def redrawn(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
+@pytest.fixture(scope="module", params=sorted(FOLDERS))
+def redrawn(request, tmp_path_factory):
+    """(language, the folder draw.py wrote that language's figures to)."""
+    out = tmp_path_factory.mktemp(f"figures-{request.param}")
     proc = subprocess.run(
-        [sys.executable, str(FIGURES / "draw.py"), "--out", str(out)],
+        [
+            sys.executable,
+            str(FIGURES / "draw.py"),
+            "--language",
+            request.param,
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "missing from font" not in proc.stderr, proc.stderr[-2000:]
-    return out
+    return request.param, out
 
 
-def test_the_figures_are_the_named_ones():
-    assert committed() == sorted(NAMES)
+@LANGUAGES
+def test_the_figures_are_the_named_ones(language):
+    assert committed(language) == sorted(NAMES)
 
 
 def test_draw_py_reproduces_every_committed_svg(redrawn):
-    drawn = sorted(p.stem for p in redrawn.glob("*.svg"))
-    assert drawn == committed()
+    language, out = redrawn
+    drawn = sorted(p.stem for p in out.glob("*.svg"))
+    assert drawn == committed(language)
     stale = [
         name
         for name in drawn
-        if (redrawn / f"{name}.svg").read_bytes()
-        != (FIGURES / f"{name}.svg").read_bytes()
+        if (out / f"{name}.svg").read_bytes()
+        != (FOLDERS[language] / f"{name}.svg").read_bytes()
     ]
     # (the committed files were drawn by another process: equal bytes also show
     # that the output has no dates, random ids or machine paths)
     assert not stale, (
-        f"committed SVGs differ from what draw.py draws: {stale}; "
-        "run .venv/bin/python book/figures/draw.py"
+        f"committed {language} SVGs differ from what draw.py draws: {stale}; "
+        f"run .venv/bin/python book/figures/draw.py --language {language}"
     )
+
+
+def test_every_chinese_label_is_chinese_or_kept_on_purpose():
+    """Each entry of labels_zh.LABELS is Chinese, or maps to itself on purpose
+    (code, names, the example's English words). draw.py itself fails on a label
+    missing there, and, drawing every figure, on an entry no figure draws."""
+    sys.path.insert(0, str(FIGURES))
+    try:
+        from labels_zh import LABELS
+    finally:
+        sys.path.remove(str(FIGURES))
+    kept = [s for s, zh in LABELS.items() if zh == s]
+    translated = [zh for s, zh in LABELS.items() if zh != s]
+    assert all(re.search(r"[\u4e00-\u9fff]", zh) for zh in translated), translated
+    assert len(translated) > 3 * len(kept), (len(translated), len(kept))
+
+
+MISSING_LABEL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import draw, labels_zh
+del labels_zh.LABELS[sys.argv[2]]
+labels_zh.LABELS["a label no figure draws"] = "没有图画它"
+draw.draw(sys.argv[4:], __import__("pathlib").Path(sys.argv[3]), language="zh")
+"""
+
+
+def test_a_missing_or_unused_chinese_label_fails_the_drawing(tmp_path):
+    """A label the figures draw but LABELS lacks, and an entry of LABELS that no
+    figure draws, each fail draw.py with the string named; the figures without a
+    gap are still written."""
+    title = "Soft addressing: attention reads every slot, weighted"
+    proc = subprocess.run(
+        [sys.executable, "-c", MISSING_LABEL, str(FIGURES), title, str(tmp_path)]
+        + NAMES,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "1 label(s) missing from book/figures/labels_zh.py" in proc.stderr
+    assert f"addressing-qkv: {title!r}" in proc.stderr
+    assert "1 label(s) of book/figures/labels_zh.py that no figure draws" in (
+        proc.stderr
+    )
+    assert "'a label no figure draws'" in proc.stderr
+    written = sorted(p.stem for p in tmp_path.iterdir())
+    assert written == sorted(set(NAMES) - {"addressing-qkv"})
 
 
 def path_box(d: str) -> tuple[float, float, float, float]:
@@ -80,9 +141,10 @@ def path_box(d: str) -> tuple[float, float, float, float]:
     return min(xs), min(ys), max(xs), max(ys)
 
 
+@LANGUAGES
 @pytest.mark.parametrize("name", NAMES)
-def test_svg_is_self_contained(name):
-    path = FIGURES / f"{name}.svg"
+def test_svg_is_self_contained(name, language):
+    path = FOLDERS[language] / f"{name}.svg"
     text = path.read_text(encoding="utf-8")
     root = ET.fromstring(text)  # well-formed XML
     assert root.tag == f"{SVG}svg"
@@ -105,12 +167,13 @@ def test_svg_is_self_contained(name):
     assert "@import" not in text and "@font-face" not in text
 
 
+@LANGUAGES
 @pytest.mark.parametrize("name", NAMES)
-def test_svg_draws_its_own_light_card(name):
+def test_svg_draws_its_own_light_card(name, language):
     """An <img> SVG cannot see the site's dark mode: the first thing drawn is an
     opaque white card over (nearly) the whole picture, so dark ink never lands on
     the dark page."""
-    root = ET.fromstring((FIGURES / f"{name}.svg").read_bytes())
+    root = ET.fromstring((FOLDERS[language] / f"{name}.svg").read_bytes())
     _, _, width, height = (float(v) for v in root.get("viewBox").split())
     filled = [
         el

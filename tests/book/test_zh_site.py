@@ -12,7 +12,7 @@ import pytest
 import zh_edition  # book/_ext is on sys.path (support.book)
 from bs4 import BeautifulSoup
 from cjk_webfont import CJK  # the characters the web font is cut for
-from support.book import chapters, toc_files
+from support.book import ROOT, chapters, toc_files
 
 pytestmark = pytest.mark.book
 
@@ -91,6 +91,23 @@ def test_the_chinese_build_executed_nothing(site):
 
         english = outputs(site / f"{doc}.html")
         assert english and outputs(zh_site(site) / f"{doc}.html") == english, doc
+
+
+def test_the_chinese_pages_show_the_chinese_diagrams(site):
+    """Each diagram a page shows is, on the Chinese page, the SVG drawn with the
+    Chinese labels (book/figures/zh/), and on the English page the English one."""
+    figures = ROOT / "book" / "figures"
+    shown = 0
+    for doc in toc_files():
+        for edition, folder in [(site, figures), (zh_site(site), figures / "zh")]:
+            page = edition / f"{doc}.html"
+            for img in soup(page).select("figure img[src$='.svg']"):
+                svg = (page.parent / img["src"]).resolve()
+                drawn = folder / svg.name
+                assert drawn.exists(), f"{page}: {img['src']} is not a diagram"
+                assert svg.read_bytes() == drawn.read_bytes(), f"{page}: {svg.name}"
+                shown += 1
+    assert shown == 2 * len(list(figures.glob("*.svg"))), shown
 
 
 def test_the_chinese_font_covers_every_character_of_the_chinese_edition(site):
