@@ -209,7 +209,8 @@ def test_every_page_first_load_is_at_most_3_mb(site):
     """HTML + images + stylesheets (and their @imports) + scripts + every
     @font-face font those stylesheets declare (counted whether used or not) +
     what MathJax loads by itself, as bench/book_build.py measures it: <= 3 MB.
-    The browser's own count is test_browser_site.py::test_first_load_bytes."""
+    The browser's own count is in test_browser_site.py
+    (test_page_loads_offline_with_figures_in_3_mb)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import measure
 

@@ -116,12 +116,47 @@ def figure_problems(page, doc: str) -> list[str]:
     return problems
 
 
+FIRST_LOAD_LIMIT = 3_000_000
+
+
+def first_load_problems(page, site_url: str, doc: str) -> list[str]:
+    """Everything the browser fetched for this fresh visit without interaction (the
+    page, its CSS, JS, fonts, images, MathJax's components and fonts), summed from
+    the Resource Timing API: <= 3 MB, every file of the site sized."""
+    got = page.evaluate(
+        """() => {
+          const nav = performance.getEntriesByType('navigation')[0];
+          const res = performance.getEntriesByType('resource');
+          return {page: nav.encodedBodySize,
+                  // the browser asks for /favicon.ico; the site has none (404)
+                  files: res.filter(r => !r.name.endsWith('/favicon.ico'))
+                            .map(r => [r.name, r.encodedBodySize, r.initiatorType]),
+                  full: performance.getEntriesByType('resource').length >= 250};
+        }"""
+    )
+    if got["full"]:
+        return ["the resource timing buffer filled up: the count is short"]
+    total = got["page"] + sum(size for _, size, _ in got["files"])
+    biggest = sorted(got["files"], key=lambda f: -f[1])[:8]
+    print(f"\n{doc}: first load {total / 1e6:.2f} MB ({len(got['files'])} files)")
+    unsized = [n for n, size, _ in got["files"] if n.startswith(site_url) and not size]
+    problems = []
+    if not got["page"] or unsized:
+        problems.append(f"files without a size: {unsized or 'the page'}")
+    if total > FIRST_LOAD_LIMIT:
+        problems.append(f"first load {total / 1e6:.2f} MB > 3 MB; largest: {biggest}")
+    return problems
+
+
 # ---------------------------------------------------------------------------
 
 
 @EDITIONS
 @pytest.mark.parametrize("doc", DOCS)
-def test_page_loads_offline_with_figures(web, site_url, doc, edition):
+def test_page_loads_offline_with_figures_in_3_mb(web, site_url, doc, edition):
+    """A fresh visit (``web`` is a new browser context, its cache empty): the page
+    and its figures load from the site alone, in its language, with no console
+    error, and all it fetches weighs <= 3 MB."""
     page = open_page(web, site_url, edition + doc)
     page.wait_for_load_state("networkidle")
     assert page.locator("main, article").first.inner_text().strip(), f"{doc} is empty"
@@ -134,6 +169,9 @@ def test_page_loads_offline_with_figures(web, site_url, doc, edition):
     figures = figure_problems(page, doc)
     if figures:
         problems["figures"] = figures
+    weight = first_load_problems(page, site_url, edition + doc)
+    if weight:
+        problems["first load"] = weight
     assert not problems, f"{doc}:\n" + json.dumps(problems, indent=1)[:6000]
 
 
@@ -498,42 +536,6 @@ def test_icons_render_without_font_awesome_js(web, site_url):
         """() => document.fonts.check('900 16px "Font Awesome 6 Free"', '\\uf185')"""
     )
     assert_clean(web, "icons", loads=False)
-
-
-FIRST_LOAD_LIMIT = 3_000_000
-
-
-@EDITIONS
-@pytest.mark.parametrize("doc", DOCS)
-def test_first_load_bytes(new_web, site_url, doc, edition):
-    """Everything the browser fetches for a fresh visit without interaction (the
-    page, its CSS, JS, fonts, images, MathJax's components and fonts), summed
-    from the Resource Timing API: <= 3 MB."""
-    web = new_web()
-    doc = edition + doc
-    page = open_page(web, site_url, doc)
-    page.wait_for_load_state("networkidle")
-    got = page.evaluate(
-        """() => {
-          const nav = performance.getEntriesByType('navigation')[0];
-          const res = performance.getEntriesByType('resource');
-          return {page: nav.encodedBodySize,
-                  // the browser asks for /favicon.ico; the site has none (404)
-                  files: res.filter(r => !r.name.endsWith('/favicon.ico'))
-                            .map(r => [r.name, r.encodedBodySize, r.initiatorType]),
-                  full: performance.getEntriesByType('resource').length >= 250};
-        }"""
-    )
-    assert not got["full"], "the resource timing buffer filled up: count is short"
-    total = got["page"] + sum(size for _, size, _ in got["files"])
-    biggest = sorted(got["files"], key=lambda f: -f[1])[:8]
-    print(f"\n{doc}: first load {total / 1e6:.2f} MB ({len(got['files'])} files)")
-    unsized = [n for n, size, _ in got["files"] if n.startswith(site_url) and not size]
-    assert got["page"] > 0 and not unsized, f"files without a size: {unsized}"
-    assert total <= FIRST_LOAD_LIMIT, (
-        f"{doc}: first load {total / 1e6:.2f} MB > 3 MB; largest: {biggest}"
-    )
-    assert_clean(web, doc, loads=False)
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
