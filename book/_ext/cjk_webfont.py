@@ -40,7 +40,12 @@ def write_font(chars: set[str], target: Path) -> None:
     from fontTools.ttLib import TTFont
 
     font = TTFont(str(noto_cjk_sans_otc.FONT_PATH), fontNumber=SC_FACE, lazy=False)
-    subsetter = subset.Subsetter(subset.Options(flavor="woff2", layout_features=["*"]))
+    # no hints (browsers on high-resolution screens do without them) and flat
+    # charstrings, which WOFF2 compresses better: a fifth smaller
+    options = subset.Options(
+        flavor="woff2", layout_features=["*"], hinting=False, desubroutinize=True
+    )
+    subsetter = subset.Subsetter(options)
     subsetter.populate(text="".join(sorted(chars)))
     subsetter.subset(font)
     font.flavor = "woff2"

@@ -193,9 +193,10 @@ class Canvas:
         if isinstance(kw.get("family"), str):  # e.g. DejaVu Sans Mono: add CJK
             kw["family"] = [kw["family"], CJK_FAMILY]
         bold = kw.get("weight") == "bold"
+        # one path filled and stroked (withStroke would write the outline twice)
         outline = [
-            patheffects.withStroke(
-                linewidth=0.04 * fs, foreground=color, joinstyle="round"
+            patheffects.PathPatchEffect(
+                facecolor=color, edgecolor=color, linewidth=0.04 * fs, joinstyle="round"
             )
         ]
         split = r"(\$[^$]*\$" + (f"|{CJK}+)" if bold else ")")
@@ -1707,10 +1708,23 @@ def svg_bytes(fig) -> bytes:
     text = buffer.getvalue()
     text = re.sub(r"<!DOCTYPE[^>]*>\n?", "", text)
     text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)
-    # path data on one line ("M 0 1 \nL 2 3 \nz\n" -> "M 0 1 L 2 3 z"): a third
-    # smaller, same drawing
-    text = re.sub(r'd="([^"]*)"', lambda m: 'd="' + " ".join(m[1].split()) + '"', text)
+    # path data on one line ("M 0 1 \nL 2 3 \nz\n" -> "M 0 1 L 2 3 z"), its
+    # coordinates to 0.01 pt (glyph outlines are whole font units already): a
+    # third smaller, the same drawing
+    text = re.sub(
+        r'd="([^"]*)"',
+        lambda m: 'd="' + " ".join(map(_short, m[1].split())) + '"',
+        text,
+    )
     return text.encode("utf-8")
+
+
+def _short(token: str) -> str:
+    """A path-data token with its number to 2 decimals ("20.86875" -> "20.87")."""
+    if "." not in token:
+        return token
+    short = f"{float(token):.2f}".rstrip("0").rstrip(".")
+    return "0" if short == "-0" else short
 
 
 def all_figures() -> dict[str, Callable[[], Canvas]]:
