@@ -93,11 +93,11 @@ def tint(color: str, amount: float) -> tuple[float, float, float]:
 CJK = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"  # with full-width punctuation
 
 
-def cjk_characters(files: Sequence[Path] | None = None) -> str:
-    """Every CJK character in ``files``: by default this file and labels_zh.py, so
-    the subset covers every figure in both languages."""
-    files = files or [Path(__file__), HERE / "labels_zh.py"]
-    text = "".join(Path(f).read_text(encoding="utf-8") for f in files)
+def cjk_characters() -> str:
+    """Every CJK character in this file and labels_zh.py (so the subset covers
+    every figure in both languages)."""
+    files = [Path(__file__), HERE / "labels_zh.py"]
+    text = "".join(f.read_text(encoding="utf-8") for f in files)
     return "".join(sorted(set(re.findall(CJK, text))))
 
 
