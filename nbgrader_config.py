@@ -96,6 +96,11 @@ c.GenerateFeedback.preprocessors = [
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.filters = {"strip_files_prefix": markdown_cell_html}
 
+# grades.csv (the grading run's export, plain `nbgrader export`, the
+# formgrader's): quoted CSV whose text cells can never open as spreadsheet
+# formulas (a student id "=1+2"), grader.export.
+c.ExportApp.plugin_class = "grader.export.SafeCsvExport"
+
 # Any stderr output gives a test cell 0 points: drop framework log noise
 # (warnings, TF/absl/torch log lines) so only real errors count.
 c.IgnorePattern.enabled = True
