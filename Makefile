@@ -12,14 +12,15 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv system-deps book book-clean test test-fast lint serve lab bench bench-attention bench-build bench-grading bench-kv grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast durations lint serve lab bench bench-attention bench-build bench-grading bench-kv grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
 	@echo "              and its Chinese edition into _build/html/zh (book/zh/README.md)"
 	@echo "make test   - create .venv if missing, lint, then run the whole test suite"
-	@echo "make test-fast - the library, grading and book-source tests only: no book"
-	@echo "              build, no end-to-end grading, browser or classroom (minutes)"
+	@echo "make test-fast - every test not marked slow: the library, the grader's units,"
+	@echo "              the book's sources; no book build, grading run, browser or hub"
+	@echo "make durations - the slowest tests and the time per file of the last make test"
 	@echo "make serve  - serve the built site on http://localhost:8000"
 	@echo "make lab    - open the course in JupyterLab"
 	@echo "make lint   - ruff format --check and ruff check over every Python file"
@@ -71,11 +72,19 @@ book-clean:
 	rm -rf _build
 
 # Lint first: a formatting or lint error fails `make test` before any test runs.
+# Every run leaves a JUnit report; `make durations` (and CI) print where the
+# minutes went from it.
 test: lint $(CHP)
-	$(BIN)/python -m pytest
+	mkdir -p _build
+	$(BIN)/python -m pytest --junitxml=_build/junit.xml
 
+# Every test not marked `slow` (no book build, no real grading run, browser,
+# PostgreSQL or hub); a test whose tool is missing skips, naming it (fails in CI).
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -m "not book and not exercises and not browser and not classroom"
+	$(BIN)/python -m pytest -m "not slow"
+
+durations:
+	$(BIN)/python tests/support/durations.py _build/junit.xml --md _build/durations.md
 
 # Every Python file (pyproject.toml [tool.ruff] says which are excluded).
 lint: $(DEV_STAMP)

@@ -47,6 +47,7 @@ from support.browser import (  # noqa: E402
     skip_without_browser,
     wait_for_http,
 )
+from support.ci import skip_or_fail  # noqa: E402
 from support.grading import (  # noqa: E402
     ROOT,
     copy_course,
@@ -56,7 +57,7 @@ from support.grading import (  # noqa: E402
 
 from grader import notebooks as nbs  # noqa: E402
 
-pytestmark = [pytest.mark.browser, *skip_without_browser()]
+pytestmark = [pytest.mark.browser, pytest.mark.sandbox, *skip_without_browser()]
 
 A = "addressing"
 STUDENT = "mallory"
@@ -225,7 +226,7 @@ def own_processes(marker: str) -> list[int]:
 def course(tmp_path_factory):
     """The graded course copy (one hostile student)."""
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
     root = tmp_path_factory.mktemp("xss") / "course"
     copy_course(root, [A])
     nbs.write(hostile_notebook(), root / "submitted" / STUDENT / A / f"{A}.ipynb")

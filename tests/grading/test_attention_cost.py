@@ -37,6 +37,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
+from support.ci import skip_or_fail
 from support.grading import ROOT, copy_course, environment, student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
@@ -577,7 +578,7 @@ def submission(edits: dict) -> dict:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
     root = tmp_path_factory.mktemp("attention-cost") / "course"
     copy_course(root, [A])
     release = nbs.read(ROOT / "exercises" / A / f"{A}.ipynb")
@@ -601,7 +602,8 @@ def graded(tmp_path_factory):
     return {r["student"]: r for r in report["rows"]}
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 @pytest.mark.parametrize("student", STUDENTS)
 def test_sandboxed_scores(graded, student):
     _, tf_points, torch_points = STUDENTS[student]

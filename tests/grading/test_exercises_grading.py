@@ -40,7 +40,7 @@ from grader import leaks
 from grader import notebooks as nbs
 from grader.assignments import ASSIGNMENTS
 
-pytestmark = pytest.mark.exercises
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 GROUPS = (tuple(ASSIGNMENTS),)  # one course copy with every assignment
 WORKERS = 2

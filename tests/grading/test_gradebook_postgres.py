@@ -46,6 +46,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.ci import skip_or_fail
 from support.grading import (
     ROOT,
     copy_course,
@@ -59,7 +60,7 @@ from support.postgres import postgres_server, postgres_url  # noqa: F401
 
 from grader import notebooks as nbs
 
-pytestmark = pytest.mark.exercises
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.postgres]
 
 A = "addressing"
 COURSE = "attention-course"
@@ -213,7 +214,7 @@ def grades_csv(root: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def sandbox_tools():
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
 
 
 # ------------------------------------------------------------------- (a)

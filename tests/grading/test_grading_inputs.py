@@ -38,6 +38,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from support.ci import skip_or_fail
 from support.grading import (
     ROOT,
     copy_course,
@@ -285,7 +286,7 @@ print("RESULT" + json.dumps({{k: result.get(k) for k in ("success", "log", "erro
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
     root = tmp_path_factory.mktemp("inputs") / "course"
     facts = make_course(root)
     env = environment(root)
@@ -353,7 +354,8 @@ def tail(result) -> str:
     return (result.stdout + result.stderr)[-5000:]
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_the_batch_completes_for_everyone(course):
     root = course["root"]
     assert course["graded"].returncode == 0, tail(course["graded"])
@@ -362,7 +364,8 @@ def test_the_batch_completes_for_everyone(course):
     assert set(EXPECTED) <= {r["student_id"] for r in rows if r["assignment"] == A}
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_score_and_flags(course, student):
     tf, torch, flags, extra = EXPECTED[student]
@@ -378,7 +381,8 @@ def test_score_and_flags(course, student):
         assert text in notes, (text, notes)
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_a_leak_withholds_only_that_feedback(course):
     root = course["root"]
     assert not (root / "feedback" / "leak-printed" / A).exists()
@@ -395,7 +399,8 @@ def test_a_leak_withholds_only_that_feedback(course):
     assert "feedback of leak-printed/addressing withheld" in course["graded"].stdout
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_links_are_never_read_through(course):
     root = course["root"]
     secret = course["secret"].encode()
@@ -416,7 +421,8 @@ def test_links_are_never_read_through(course):
     assert (root / "submitted" / "link-secret" / A / staging.SECRET).is_symlink()
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_prefilled_outputs_do_not_count(course):
     nb = json.loads(
         (course["root"] / "autograded" / "prefilled" / A / f"{A}.ipynb").read_text()
@@ -427,7 +433,8 @@ def test_prefilled_outputs_do_not_count(course):
     assert [o["output_type"] for o in visible["outputs"]] == ["error"]
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_odd_names_are_escaped_in_the_report(course):
     md = (course["root"] / "grading-report.md").read_text()
     line = next(x for x in md.splitlines() if "not given to the kernel" in x)
@@ -435,7 +442,8 @@ def test_odd_names_are_escaped_in_the_report(course):
     assert "new\nline.txt" not in md and "\t" not in md
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_plain_nbgrader_autograde_refuses(course):
     out = course["attempts"]["plain"]
     assert out.returncode != 0
@@ -444,7 +452,8 @@ def test_plain_nbgrader_autograde_refuses(course):
     assert all(v is None for v in course["attempts"]["plain-scores"].values())
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_the_formgrader_autograde_call_refuses(course):
     out = course["attempts"]["formgrader"]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
@@ -454,7 +463,8 @@ def test_the_formgrader_autograde_call_refuses(course):
     assert all(v is None for v in course["attempts"]["formgrader-scores"].values())
 
 
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_a_forged_staged_copy_is_refused(course):
     out = course["attempts"]["forged"]
     assert out.returncode != 0

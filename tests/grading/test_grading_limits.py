@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.ci import skip_or_fail
 from support.grading import ROOT, environment, student_solutions
 
 from grader import notebooks as nbs
 from grader import sandbox
 
-pytestmark = pytest.mark.exercises
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 A = "addressing"
 CELL_TIMEOUT = 30  # seconds per cell
@@ -218,7 +219,7 @@ def peaks(log: str, student: str) -> dict:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
     root = tmp_path_factory.mktemp("limits") / "course"
     make_course(root)
     code = grade(root)

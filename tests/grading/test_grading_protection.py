@@ -38,13 +38,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support.ci import skip_or_fail
 from support.grading import ROOT, copy_course, run_in_process, student_solutions
 
 from grader import leaks, reference
 from grader import notebooks as nbs
 from grader.nbgrader_cli import path_with_this_python
 
-pytestmark = pytest.mark.exercises
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 A = "addressing"
 CELL_TIMEOUT = 15  # seconds per cell (both courses)
@@ -851,7 +852,7 @@ def cell_text(root: Path, student: str) -> dict:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is required (apt-get install bubblewrap)")
+        skip_or_fail("bubblewrap is not installed (sudo make system-deps)")
     base = tmp_path_factory.mktemp("protection")
     listener = Listener()
     roots = {c: base / f"course{c}" for c in COURSE_ARGS}

@@ -463,7 +463,8 @@ def test_honest_solution_and_the_frameworks_elu_are_clean():
 
 
 # ------------------------------------------------- end to end, in the sandbox
-@pytest.mark.exercises
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_graded_end_to_end_in_the_sandbox(tmp_path):
     """The documented batch command on a course of this assignment alone:
     reference, blank release and the students bug1..bug3 (make_course), the
