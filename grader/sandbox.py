@@ -38,8 +38,22 @@ so the student's code runs
   rlimits bound each process only) and the files in its tmpfs'es (a socket
   folder that holds more than sockets, or a flood of empty files). Over a
   limit it kills the sandbox and says why (``SandboxedKernelManager.killed``:
-  flag ``memory`` or ``disk``). No cgroup: systemd is not there to delegate
-  one, and containers (CI) mount /sys/fs/cgroup read-only.
+  flag ``memory`` or ``disk``), and the number of its processes
+  (``Limits.sandbox_processes``, counted continuously, not only in test
+  cells: flag ``runaway``);
+* with a fair share of the CPU that new sessions, process groups or
+  double forks do not escape: where the grader may create cgroups (root on a
+  VM, a delegated cgroup v2), each sandbox gets its own (``Cgroup``: cgroup v2
+  ``cpu.max`` + ``pids.max``, else v1 ``cpu`` + ``pids``), entered by the
+  bubblewrap process itself before it starts anything, so every process of
+  the sandbox is in it; elsewhere (a normal user, a read-only
+  /sys/fs/cgroup) the watchdog governs: it sums the CPU time of the
+  sandbox's process tree (an orphan is re-parented to the sandbox's init,
+  inside the tree) and stops the tree (SIGSTOP/SIGCONT) while it is over its
+  share (``Governor``). One core per sandbox by default (``cpu_cores``);
+* unable to create user namespaces: bubblewrap's ``--disable-userns`` as a
+  normal user; as root (no user namespace of its own) a seccomp filter that
+  refuses ``unshare``/``clone`` with CLONE_NEWUSER (``userns_filter``).
 
 Without bubblewrap the grader refuses to grade unless told ``--no-sandbox``
 (``SandboxedKernelManager.sandbox = False``): then the kernel runs as the
@@ -138,6 +152,8 @@ class Limits:
     tmpfs: int = 64 * MiB  # size of each tmpfs ($HOME, /tmp, /dev/shm)
     sockets: int = 1 * MiB  # size of the socket folder's tmpfs
     message: int = 32 * MiB  # largest message frame the grader accepts (ZeroMQ)
+    cpu_cores: float = 1.0  # CPU share of the whole sandbox, in cores (0: none)
+    sandbox_processes: int = 64  # processes (not threads) at once (watchdog)
 
     def rlimits(self) -> dict:
         return {
@@ -177,6 +193,55 @@ def namespace_args() -> list[str]:
     if is_root():
         return [*common, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return ["--unshare-user", "--disable-userns", *common]
+
+
+# -- no user namespaces in a root-mode sandbox ---------------------------------
+# bubblewrap's --disable-userns needs a user namespace of the sandbox's own,
+# which as root would map the kernel's uid to the host's root (and the
+# bootstrap could not drop to a fresh uid): a seccomp filter instead, given to
+# bubblewrap (``--seccomp FD``) and inherited by every process of the sandbox.
+CLONE_NEWUSER = 0x10000000
+# (audit arch, unshare, clone, clone3) per machine
+SYSCALLS = {
+    "x86_64": (0xC000003E, 272, 56, 435),
+    "aarch64": (0xC00000B7, 97, 220, 435),
+}
+SECCOMP_ALLOW, SECCOMP_ERRNO = 0x7FFF0000, 0x00050000
+USERNS_FILTER_FD = 3  # the file descriptor the filter reaches bubblewrap on
+
+
+def userns_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program (classic BPF, as ``bwrap --seccomp`` reads it) that
+    makes ``unshare`` and ``clone`` with CLONE_NEWUSER fail with EPERM and
+    ``clone3`` (whose flags a filter cannot read) with ENOSYS, so that the C
+    library falls back to ``clone``; system calls of another ABI (32-bit,
+    x32) fail with EPERM. None on a machine it does not know."""
+    import struct
+
+    known = SYSCALLS.get(machine or os.uname().machine)
+    if known is None:
+        return None
+    arch, unshare, clone, clone3 = known
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+
+    def op(code, k, jt=0, jf=0):
+        return struct.pack("=HBBI", code, jt, jf, k)
+
+    program = [
+        op(ld, 4),  # 0: arch
+        op(jeq, arch, 0, 8),  # 1: another ABI -> deny
+        op(ld, 0),  # 2: system call number
+        op(jge, 0x40000000, 6, 0),  # 3: x32 -> deny
+        op(jeq, clone3, 6, 0),  # 4: -> ENOSYS
+        op(jeq, unshare, 1, 0),  # 5: -> flags
+        op(jeq, clone, 0, 2),  # 6: -> flags, else allow
+        op(ld, 16),  # 7: low half of the first argument (the flags)
+        op(jset, CLONE_NEWUSER, 1, 0),  # 8: a new user namespace -> deny
+        op(ret, SECCOMP_ALLOW),  # 9
+        op(ret, SECCOMP_ERRNO | 1),  # 10: deny (EPERM)
+        op(ret, SECCOMP_ERRNO | 38),  # 11: ENOSYS
+    ]
+    return b"".join(program)
 
 
 def _realdirs(path) -> list[Path]:
@@ -278,6 +343,7 @@ def command(
     limits: Limits,
     extra_ro=(),
     sockets: str | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line that runs ``inner`` in the sandbox.
 
@@ -289,6 +355,8 @@ def command(
     if exe is None:
         raise RuntimeError(MISSING)
     cmd = [exe, *namespace_args(), "--die-with-parent", "--new-session", "--clearenv"]
+    if seccomp_fd is not None:  # a filter on this descriptor (``userns_filter``)
+        cmd += ["--seccomp", str(seccomp_fd)]
     for key, value in sorted(sandbox_env().items()):
         cmd += ["--setenv", key, value]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
@@ -512,6 +580,25 @@ class SandboxedKernelManager(AsyncKernelManager):
         "kernel; ZeroMQ drops the connection of a peer that sends more, before "
         "reading it (0: no limit)",
     ).tag(config=True)
+    cpu_cores = Float(
+        Limits.cpu_cores,
+        help="CPU share of the whole sandbox, in cores (0: no limit). One core: "
+        "`grader grade` runs one worker per core, so one core each is every "
+        "submission's fair share, and a notebook whose processes want more "
+        "waits instead of slowing the submissions graded beside it",
+    ).tag(config=True)
+    sandbox_processes = Integer(
+        Limits.sandbox_processes,
+        help="processes (not threads) the sandbox may hold at once, the kernel "
+        "included; above it the watchdog kills the sandbox (flag runaway); an "
+        "exercise needs one (0: no such limit)",
+    ).tag(config=True)
+    use_cgroups = Bool(
+        True,
+        help="put each sandbox in a cgroup of its own (CPU quota, pids.max) "
+        "where the grader may create one; else, or if False, the watchdog "
+        "holds the sandbox to its CPU share with SIGSTOP/SIGCONT",
+    ).tag(config=True)
     sandbox_uid = Integer(
         -1,
         help="uid of the kernel when the grader runs as root "
@@ -531,6 +618,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.ip = f"{self.sockets}/k" if self.sandbox else str(self.rundir / "k")
         self.connection_file = str(self.rundir / "kernel.json")
         self.watchdog: Watchdog | None = None
+        self.cgroup: Cgroup | None = None
         self.owner = self.rundir.name  # who is graded (for the log)
         limit_messages(self.context, self.max_message_size)  # the control socket
 
@@ -560,6 +648,8 @@ class SandboxedKernelManager(AsyncKernelManager):
             total_memory=self.total_memory_limit,
             sockets=self.socket_tmpfs_size,
             message=self.max_message_size,
+            cpu_cores=self.cpu_cores,
+            sandbox_processes=self.sandbox_processes,
         )
 
     @property
@@ -587,7 +677,33 @@ class SandboxedKernelManager(AsyncKernelManager):
             limits=self.limits,
             extra_ro=self.extra_read_only,
             sockets=self.sockets,
+            seccomp_fd=USERNS_FILTER_FD if self._userns_filter() else None,
         )
+
+    def _userns_filter(self) -> bytes | None:
+        """The seccomp filter a root-mode sandbox gets (``userns_filter``)."""
+        return userns_filter() if self.sandbox and is_root() else None
+
+    def _entering(self, kernel_cmd: list[str]) -> list[str]:
+        """``kernel_cmd`` behind ``ENTER``: a shell that moves itself into the
+        sandbox's cgroup (if any), opens the seccomp filter (root mode), then
+        becomes ``kernel_cmd`` (same pid): bubblewrap starts inside."""
+        procs = self.cgroup.procs_files() if self.cgroup is not None else []
+        program = self._userns_filter()
+        if not procs and program is None:
+            return kernel_cmd
+        seccomp = "-"
+        if program is not None:
+            path = self.rundir / "userns.bpf"
+            path.unlink(missing_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(program)
+            seccomp = str(path)
+        return ["/bin/sh", "-c", ENTER, "attn-enter", str(len(procs)), *procs] + [
+            seccomp,
+            *kernel_cmd,
+        ]
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         kw["stdin"] = kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
@@ -609,7 +725,16 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.sandbox and is_root():
             for path in [self.rundir, *self.rundir.iterdir()]:
                 os.chown(path, self.uid, self.uid)
-        await super()._async_launch_kernel(kernel_cmd, **kw)
+        if self.cgroup is not None:  # a restart: the last kernel's group
+            self.cgroup.remove()
+        self.cgroup = None
+        if self.use_cgroups:
+            self.cgroup = Cgroup.create(self.cpu_cores, self.process_limit + 16)
+        try:
+            await super()._async_launch_kernel(self._entering(kernel_cmd), **kw)
+        except BaseException:
+            self._remove_cgroup()
+            raise
         init = None
         if self.sandbox:
             init = await self._sandbox_ready()
@@ -617,8 +742,13 @@ class SandboxedKernelManager(AsyncKernelManager):
                 self.ip = f"/proc/{init}/root{self.sockets}/k"
         top = self.top_pid()
         if top is not None:
-            self.watchdog = Watchdog(self, top, init)
+            self.watchdog = Watchdog(self, top, init, self.cgroup)
             self.watchdog.start()
+
+    def _remove_cgroup(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     async def _sandbox_ready(self, timeout: float = 30) -> int | None:
         """The pid of bubblewrap's init in the sandbox once the sandbox is set up
@@ -646,6 +776,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         self.stop_watchdog()
         await super()._async_cleanup_resources(restart=restart)
+        self._remove_cgroup()
         if self._own_rundir and not restart:
             shutil.rmtree(self.rundir, ignore_errors=True)
 
@@ -859,15 +990,22 @@ def over_disk_limits(root: str, sockets: str) -> str | None:
 class Watchdog(threading.Thread):
     """Looks at a running sandbox every ``km.watch_interval`` seconds: the
     memory of all its processes (``memory_use``, above
-    ``km.total_memory_limit``: flag ``memory``) and its tmpfs'es
+    ``km.total_memory_limit``: flag ``memory``), their number (above
+    ``km.sandbox_processes``: flag ``runaway``) and its tmpfs'es
     (``over_disk_limits``: flag ``disk``). Over a limit it kills the sandbox
-    (SIGKILL to bubblewrap's init: the kernel dies with its PID namespace)
-    and keeps ``killed = (flag, reason)``. Records the peaks it saw."""
+    (SIGKILL to bubblewrap's init: the kernel dies with its PID namespace;
+    to every process of its cgroup) and keeps ``killed = (flag, reason)``.
+    Without a cgroup it also holds the sandbox to ``km.cpu_cores``
+    (``Governor``). Records the peaks it saw."""
 
-    def __init__(self, km, top: int, init: int | None):
+    def __init__(self, km, top: int, init: int | None, cgroup=None):
         super().__init__(daemon=True, name=f"watchdog-{top}")
-        self.top, self.init = top, init
+        self.top, self.init, self.cgroup = top, init, cgroup
         self.limit = km.total_memory_limit
+        self.max_processes = getattr(km, "sandbox_processes", 0)
+        cores = getattr(km, "cpu_cores", 0)
+        self.governor = Governor(cores) if cgroup is None and cores > 0 else None
+        self.cores = cores
         self.interval = max(0.01, km.watch_interval)
         self.sockets = km.sockets if init is not None else None
         self.killed: tuple[str, str] | None = None
@@ -875,6 +1013,7 @@ class Watchdog(threading.Thread):
         self.peak_memory = self.peak_processes = 0
         self.peak_sockets = (0, 0)
         self.most_processes = 0  # the most it saw since the last mark()
+        self._paused_now = 0.0  # seconds the governor stopped the sandbox, last look
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
@@ -893,8 +1032,40 @@ class Watchdog(threading.Thread):
                 self.killed = found
                 self.kill()
                 return
-            spent = time.monotonic() - began  # never more than a third of a core
+            # never more than a third of a core (the governor's pause is no work)
+            spent = time.monotonic() - began - self._paused_now
             self._stop_event.wait(max(self.interval, 2 * spent))
+
+    def govern(self, pids: list[int]) -> None:
+        """Stop the sandbox's processes for as long as the governor says (its
+        share of the CPU is used up), then let them go on."""
+        self._paused_now = 0.0
+        if self.governor is None:
+            return
+        pause = self.governor.pause(time.monotonic(), cpu_time(pids))
+        if pause <= 0:
+            return
+        stopped: set[int] = set()
+        try:
+            for _ in range(10):  # a process may fork while the others stop
+                inner = self._governed()
+                new = [p for p in inner if p not in stopped]
+                if not new:
+                    break
+                signal_all(new, signal.SIGSTOP)
+                stopped.update(new)
+            began = time.monotonic()
+            self._stop_event.wait(pause)
+            self._paused_now = time.monotonic() - began
+            self.governor.paused += self._paused_now
+        finally:
+            signal_all(self._governed(), signal.SIGCONT)
+
+    def _governed(self) -> list[int]:
+        """The processes the governor stops: all but bubblewrap's own."""
+        if self.init is None:  # unsandboxed: the top process is the kernel
+            return self.pids()
+        return [p for p in self.pids() if p != self.top]
 
     def pids(self) -> list[int]:
         if not running(self.top):
@@ -912,6 +1083,13 @@ class Watchdog(threading.Thread):
             self._stop_event.set()
             return None
         self.most_processes = max(self.most_processes, len(pids))
+        inside = len(pids) - (2 if self.init is not None else 1)  # not bwrap's
+        if self.max_processes and inside > self.max_processes:
+            return "runaway", (
+                f"the kernel ran {inside} processes at once (limit "
+                f"{self.max_processes}; a fork bomb or CPU hog?) and was killed"
+            )
+        self.govern(pids)
         used = memory_use(pids, self.limit)
         if used > self.peak_memory:
             self.peak_memory, self.peak_processes = used, len(pids)
@@ -942,6 +1120,8 @@ class Watchdog(threading.Thread):
 
         if self.init is not None:
             kill(self.init)
+        if self.cgroup is not None:
+            self.cgroup.kill()
         for _ in range(50):  # forks may still be under way: repeat
             alive = [p for p in descendants(process_tree(), self.top) if running(p)]
             if not alive:
@@ -961,4 +1141,228 @@ class Watchdog(threading.Thread):
                 f", socket folder {self.peak_sockets[0] >> 10} KiB in "
                 f"{self.peak_sockets[1]} files"
             )
+        if self.cgroup is not None:
+            text += (
+                f", CPU quota {self.cores:g} cores (cgroup v{self.cgroup.version}):"
+                f" throttled {self.cgroup.throttled():.1f} s"
+            )
+        elif self.governor is not None:
+            text += (
+                f", CPU share {self.cores:g} cores (watchdog): stopped "
+                f"{self.governor.paused:.1f} s"
+            )
         return text + (f"; killed: {self.killed[1]}" if self.killed else "")
+
+
+# -- CPU share and process cap: a cgroup per sandbox, else the watchdog -------
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PERIOD = 100_000  # microseconds: the CFS period of the CPU quota
+CGROUP_PARENT = "attn-grader"  # the grader's groups, under its own
+# A shell that moves itself into the cgroup(s) named by its arguments, opens
+# the seccomp filter (or "-") on USERNS_FILTER_FD and becomes the command: a
+# process started by jupyter_client, which has no hook to run after fork.
+ENTER = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; '
+    'shift; n=$((n - 1)); done; if [ "$1" != - ]; then exec 3< "$1" || exit 125; '
+    'fi; shift; exec "$@"'
+)
+
+
+def _own_cgroups() -> dict:
+    """{controller or "" (v2): path} of this process's cgroups."""
+    found = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            found[name] = path
+    return found
+
+
+def _writable(folder: Path) -> bool:
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
+class Cgroup:
+    """One sandbox's control group(s): its CPU quota (``cores`` cores per
+    ``CGROUP_PERIOD``) and its cap on tasks (``pids.max``: processes and
+    threads), in cgroup v2 (one folder, ``cpu.max``) where its hierarchy has
+    the ``cpu`` controller, else in cgroup v1 (a folder in the ``cpu`` and one
+    in the ``pids`` hierarchy). A process of the sandbox cannot leave it: the
+    sandbox sees /sys read-only (and its own cgroup namespace) and runs as
+    another user than the group's owner; a new session or process group
+    changes nothing."""
+
+    def __init__(self, version: int, folders: list[Path]):
+        self.version, self.folders = version, folders
+
+    @classmethod
+    def create(cls, cores: float, tasks: int, root: Path = CGROUP_ROOT):
+        """A new group with these limits, or None where none can be made
+        (no root, /sys/fs/cgroup read-only, no cpu controller)."""
+        name = f"{CGROUP_PARENT}/{os.getpid()}-{secrets.token_hex(6)}"
+        own = _own_cgroups()
+        for version, places in cls._hierarchies(root, own):
+            made = []
+            try:
+                for base, files in places:
+                    folder = base / name
+                    if version == 2:  # the controllers, down to the new group
+                        folder.parent.mkdir(exist_ok=True)
+                        for parent in (base, folder.parent):
+                            control = parent / "cgroup.subtree_control"
+                            if "cpu" not in control.read_text().split():
+                                control.write_text("+cpu +pids")
+                    folder.mkdir(parents=True)
+                    made.append(folder)
+                    for file, value in files(cores, tasks):
+                        (folder / file).write_text(value)
+                return cls(version, made)
+            except OSError:
+                cls(version, made).remove()
+        return None
+
+    @staticmethod
+    def _hierarchies(root: Path, own: dict):
+        """(version, [(folder to create in, limits -> [(file, value)])]) for
+        the hierarchies that could hold the sandbox's group, best first."""
+
+        def quota(cores):
+            return str(int(cores * CGROUP_PERIOD)) if cores > 0 else "max"
+
+        def v2(cores, tasks):
+            return [
+                ("cpu.max", f"{quota(cores)} {CGROUP_PERIOD}"),
+                ("pids.max", str(tasks)),
+            ]
+
+        for unified in (root, root / "unified"):
+            controllers = unified / "cgroup.controllers"
+            try:
+                available = controllers.read_text().split()
+            except OSError:
+                continue
+            if {"cpu", "pids"} <= set(available) and _writable(unified):
+                yield 2, [(unified, v2)]
+            break
+        cpu = root / "cpu" if (root / "cpu").is_dir() else root / "cpu,cpuacct"
+        pids = root / "pids"
+        if (cpu / "cpu.cfs_quota_us").exists() and (pids / "cgroup.procs").exists():
+            cpu_base = cpu / own.get("cpu", "/").lstrip("/")
+            pids_base = pids / own.get("pids", "/").lstrip("/")
+            if _writable(cpu_base) and _writable(pids_base):
+
+                def v1_cpu(cores, tasks):
+                    return [
+                        ("cpu.cfs_period_us", str(CGROUP_PERIOD)),
+                        ("cpu.cfs_quota_us", "-1" if cores <= 0 else quota(cores)),
+                    ]
+
+                def v1_pids(cores, tasks):
+                    return [("pids.max", str(tasks))]
+
+                yield 1, [(cpu_base, v1_cpu), (pids_base, v1_pids)]
+
+    def procs_files(self) -> list[str]:
+        return [str(f / "cgroup.procs") for f in self.folders]
+
+    def pids(self) -> list[int]:
+        """Every process in the group (all its folders)."""
+        found = set()
+        for file in self.procs_files():
+            try:
+                found.update(int(p) for p in Path(file).read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def throttled(self) -> float:
+        """Seconds the group's processes were held back by the CPU quota."""
+        try:
+            stat = (self.folders[0] / "cpu.stat").read_text().split()
+        except (OSError, IndexError):
+            return 0.0
+        fields = dict(zip(stat[::2], stat[1::2], strict=False))
+        if "throttled_usec" in fields:
+            return int(fields["throttled_usec"]) / 1e6
+        return int(fields.get("throttled_time", 0)) / 1e9
+
+    def kill(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def remove(self, wait: float = 5.0) -> bool:
+        """Kill what is left in the group and remove its folders; True if all
+        are gone (a folder goes once its last process has exited)."""
+        end = time.monotonic() + wait
+        left = [f for f in self.folders if f.exists()]
+        while left:
+            self.kill()
+            for folder in list(left):
+                try:
+                    folder.rmdir()
+                    left.remove(folder)
+                except FileNotFoundError:
+                    left.remove(folder)
+                except OSError:
+                    pass
+            if not left or time.monotonic() > end:
+                break
+            time.sleep(0.02)
+        return not left
+
+
+def cpu_time(pids) -> float:
+    """CPU seconds the processes ``pids`` used, with their reaped children
+    (an orphan's time goes to the init that reaps it, inside the tree)."""
+    total = 0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Governor:
+    """Holds a process tree to ``cores`` cores without a cgroup: a token
+    bucket of CPU seconds, filled at ``cores`` per second of wall time up to
+    ``burst`` seconds of CPU; when the tree has used more than the bucket
+    held, ``pause`` says for how long to stop it (SIGSTOP to every process,
+    SIGCONT after) so that its average comes back to its share."""
+
+    def __init__(self, cores: float, burst: float = 2.0, longest: float = 2.0):
+        self.cores, self.burst, self.longest = cores, burst * cores, longest
+        self.bucket = self.burst
+        self.last: tuple[float, float] | None = None  # (wall, cpu)
+        self.paused = 0.0  # seconds the tree was stopped, in all
+
+    def pause(self, now: float, used: float) -> float:
+        """Seconds to stop the tree, given the wall time ``now`` and the CPU
+        seconds ``used`` so far (0: it is within its share)."""
+        if self.last is None:
+            self.last = (now, used)
+            return 0.0
+        wall, cpu = self.last
+        self.last = (now, used)
+        spent = max(0.0, used - cpu)  # a reaped process may take its time away
+        self.bucket = min(self.burst, self.bucket + self.cores * (now - wall)) - spent
+        if self.bucket >= 0:
+            return 0.0
+        return min(self.longest, -self.bucket / self.cores)
+
+
+def signal_all(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

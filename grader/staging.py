@@ -103,6 +103,11 @@ SUSPICIOUS = {
     "processes or threads": r"\bos\.fork\b|\bmultiprocessing\b|(?i:subprocess)|"
     r"\bthreading\b|\b_thread\b|\bos\.system\b|\bos\.popen\b|\bos\.spawn|"
     r"\bos\.posix_spawn|\bos\.exec|\bpty\b|\bconcurrent\.futures\b",
+    # what the pattern above misses: os.forkpty, names imported from os, new
+    # sessions or process groups (a CPU hog's children hiding from a kill)
+    "new processes or sessions": r"\bforkpty\b|\bv?fork\s*\(|\bposix_spawnp?\b|"
+    r"\bset(?:sid|pgrp|pgid)\b|\b_posixsubprocess\b|\bpexpect\b|\bregister_at_fork\b|"
+    r"\bpidfd_open\b|\b(?:spawn|exec)(?:[lv]p?e?)\s*\(|\bunshare\b|\bos\.clone\b",
     "reads the grading inputs": r"/grading\b|inputs\.npz",
     "network": r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\bhttpx\b|"
     r"\baiohttp\b",
