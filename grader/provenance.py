@@ -1,58 +1,32 @@
-"""Did the student write it? Calls to ready-made attention, found statically.
+"""Did the student write it? Ready-made attention in the student's code.
 
-An exercise that asks the learner to write soft attention is not solved by
-calling ``attncourse.torch.soft_attention`` or ``F.scaled_dot_product_attention``;
-the verdict cannot tell (the numbers are right). Staging therefore reads the
-student's code (solution cells and their own cells) with ``ast`` and flags
+Staging reads the student's cells (solution cells and their own) with ``ast``
+and flags, for the instructor's review (the score is not changed):
 
-* ``library-call``: a reference to (call, import, alias, base class of) a name
-  in the assignment's ``FORBIDDEN`` list (``grader/assignments/<slug>.py``):
-  the course library's own implementation of the exercise and the
-  frameworks' built-in attention layers (``COURSE_ATTENTION``,
-  ``BUILTIN_ATTENTION`` below; ``builtin-layers`` allows the built-ins,
-  since using them is its task). A name is also matched from each of its
-  components on (``attncourse.torch.multihead.nn.MultiheadAttention`` is
-  ``torch.nn.MultiheadAttention``: modules re-export the modules they import);
-* ``dynamic-code``: what a static scan cannot follow -- code run from strings
-  (``exec`` / ``eval`` / ``compile``, ``importlib``, ``__import__``, ``runpy``,
-  ``code``, ``timeit``, ``pydoc.locate``, pickles, subprocesses, IPython's
-  API and magics other than ``%time`` / ``%timeit`` / ``%%capture``),
-  attribute access by a computed name (``getattr`` with a computed name on
-  anything but ``self``/``cls``, and ``getattr`` / ``vars`` / ``eval`` ...
-  used as a value: ``reduce(getattr, ...)``, ``g = getattr``), introspection
-  (``gc``, ``inspect``, ``sys.modules``, ``sys._getframe``, ``builtins``,
-  ``__builtins__``, dunders such as ``__dict__`` / ``__subclasses__``, frame
-  attributes such as ``f_globals``), a private attribute of a module
-  (``collections._sys``), a module used as a value the scan cannot follow
-  (passed, stored in a list, dict, class body or default, returned), a star
-  import of a module that holds forbidden names, an import of a module that
-  is not installed (a file the notebook wrote), code too long, too deep or
-  not parsable, and a variable bound to more names than the scan keeps.
+* ``library-call``: a name that matches the assignment's ``FORBIDDEN``
+  (``grader/assignments/<slug>.py``), called, imported, aliased, subclassed,
+  fetched by a literal ``getattr`` or reached through a re-export
+  (``attncourse.torch.multihead.nn.MultiheadAttention`` is also read as
+  ``torch.nn.MultiheadAttention``). The course part is derived, not listed:
+  ``COURSE_ATTENTION`` forbids everything under ``attncourse.numpy``, ``.tf``
+  and ``.torch`` (whose public API :func:`course_api` reads from the modules'
+  ``__all__``) and the two modules that run it (``benchmark``, ``training``),
+  except ``HELPERS`` (sizes, shapes, parameter dictionaries: no attention is
+  computed), what an assignment allows (``allow(...)``, said so in its
+  notebook) and what its instructor cells use. ``BUILTIN_ATTENTION`` is the
+  frameworks' own attention.
+* ``dynamic-code``, coarsely, what the scan cannot follow: code from strings
+  (``exec``, ``eval``, ``compile``, ``importlib``, ``__import__``, pickles,
+  processes, IPython's API, magics other than ``%time``/``%timeit``/
+  ``%%capture``), a computed attribute name (``getattr`` with a non-literal
+  name on anything but ``self``/``cls``; ``getattr``/``vars`` as values),
+  introspection (``gc``, ``inspect``, ``sys.modules``, frames, dunders), a
+  module used as a value (passed, stored, returned), a private attribute of a
+  module, an import of a module that is not installed, and the scan's limits.
 
-Both are for the instructor's review; the score is not changed, so a false
-flag costs a minute of review, a missed one a wrong grade: the rules lean to
-flagging. Deliberately clean: ``getattr(obj, "literal")`` (read as
-``obj.literal``), ``getattr(self, name)`` on the student's own objects,
-``hasattr`` / ``setattr``, ``isinstance(x, torch.Tensor)``, framework
-functions passed as values (``activation=F.gelu``), ``tf.nn.moments``.
-
-Names are resolved through the notebook's imports and assignments (``from
-torch import nn``, ``import torch.nn.functional as F``, ``layer =
-nn.MultiheadAttention``, ``getattr(F, "scaled_dot_product_attention")``,
-``a if c else b``, star imports), with the instructor's cells (the setup
-cell's imports) as context; the scan is flow-insensitive (a name bound
-anywhere counts everywhere), so it over-reports rather than misses, and
-IPython magics (``%time ...``) are read as code too.
-
-It is a static check and cannot be complete: an object reached through
-values it cannot follow (the return value of an unflagged call that hands out
-functions, a module held by an object's attribute in an installed package)
-can still hide a call. Runtime evidence closes that: a profile of which
-library functions ran: the kernel start (``grader/kernel/probe.py``) could
-wrap the ``FORBIDDEN`` callables in tripwires and add a ``sys.addaudithook``
-hook (``exec``, ``compile``, ``import``, ``gc.get_objects``,
-``sys._getframe`` events; Python code cannot remove it) before the student's
-code runs. Both run in the student's kernel, so they are evidence, not proof.
+Names are resolved flow-insensitively through the notebook's imports and
+assignments (the instructor's cells as context): it over-reports rather than
+misses. It cannot see objects handed out at run time by calls it does not know.
 """
 
 import ast
@@ -65,246 +39,133 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
+LIBRARY = os.path.join(os.path.dirname(os.path.dirname(__file__)), "attncourse")
+FRAMEWORKS = ("numpy", "tf", "torch")
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# public names of attncourse.<framework> that compute no attention
+HELPERS = frozenset(
+    _words("""kv_cache_bytes block_param_shapes tiny_param_shapes get_params set_params
+    gru_params_from_keras gru_params_from_torch gru_params_to_keras
+    gru_params_to_torch mha_params_to_keras mha_params_to_torch""")
+)
+
+
+@lru_cache(maxsize=1)
+def course_api() -> dict[str, dict[str, str]]:
+    """{framework: {public name: its module}}: the ``__all__`` of each module
+    of ``attncourse.<framework>``, read from the source (nothing imported)."""
+    api: dict = {}
+    for fw in FRAMEWORKS:
+        api[fw] = {}
+        folder = os.path.join(LIBRARY, fw)
+        for file in sorted(f for f in os.listdir(folder) if f[0] != "_"):
+            if file.endswith(".py"):
+                with open(os.path.join(folder, file), encoding="utf-8") as f:
+                    body = ast.parse(f.read()).body
+                for n in body:
+                    if isinstance(n, ast.Assign) and "__all__" in {
+                        getattr(t, "id", "") for t in n.targets
+                    }:
+                        api[fw].update(
+                            dict.fromkeys(ast.literal_eval(n.value), file[:-3])
+                        )
+    return api
+
+
+def attention_api() -> dict[str, dict[str, str]]:
+    """course_api() without HELPERS: the attention-computing names."""
+    return {
+        fw: {n: m for n, m in names.items() if n not in HELPERS}
+        for fw, names in course_api().items()
+    }
+
+
+def allow(*names: str) -> tuple:
+    """Exceptions to COURSE_ATTENTION: ``attncourse.<fw>[.<module>].<name>``."""
+    return tuple(f"!attncourse.*.{n}" for n in names)
+
+
 # Patterns: "a.b.c" (that name and anything under it), "a.*.leaf" (a name under
-# a whose later component matches leaf, fnmatch-style), "a.*" (anything under a).
+# a whose later component matches leaf, fnmatch-style), "a.*" (anything under
+# a), "!pattern" (an exception: a name that matches it and ends in its leaf)
 COURSE_ATTENTION = (
-    "attncourse.*.soft_attention",
-    "attncourse.*.key_value_attention",
-    "attncourse.*.scaled_dot_product_attention",
-    "attncourse.*.multi_head_attention",
-    "attncourse.*.MultiHeadAttention",
-    "attncourse.*.CustomAttention*",
-    "attncourse.*.SelfAttention*",
-    "attncourse.*.AttentionLayer",
-    "attncourse.*.CrossAttention",
-    "attncourse.*.StatisticalAttention",
-    # what computes attention inside: GQA with one query head per kv head is
-    # MHA, a decode step and the blocks and models run it
-    "attncourse.*.grouped_query_attention",
-    "attncourse.*.GroupedQueryAttention",
-    "attncourse.*.decode_step",
-    "attncourse.*.transformer_block",
-    "attncourse.*.decoder_block",
-    "attncourse.*.TransformerBlock",
-    "attncourse.*.DecoderBlock",
-    "attncourse.*.tiny_transformer",
-    "attncourse.*.TinyTransformer",
+    *(f"attncourse.{fw}.*" for fw in FRAMEWORKS),
+    "attncourse.benchmark",  # make_callables hands out the implementations
+    "attncourse.training",  # runs the seq2seq models
+    *allow(*sorted(HELPERS)),
 )
-COURSE_MASKS = (
-    "attncourse.*.sequence_mask",
-    "attncourse.*.causal_mask",
-    "attncourse.*.masked_softmax",
-    "attncourse.*.to_keras_mask",
-    "attncourse.*.to_torch_mha_mask",
-    "attncourse.*.to_sdpa_mask",
-)
-BUILTIN_ATTENTION = (
-    "keras.*.MultiHeadAttention",
-    "keras.*.Attention",
-    "keras.*.AdditiveAttention",
-    "keras.*.GroupQueryAttention",
-    "keras.*.GroupedQueryAttention",
-    "keras.*.dot_product_attention",
-    "keras.*.multi_head_attention*",
-    "torch.*.MultiheadAttention",
-    "torch.*.scaled_dot_product_attention",
-    "torch.*.multi_head_attention_forward",
-    "torch.*._native_multi_head_attention",
-    "torch.*._scaled_dot_product_*",
-    "torch.*._flash_attention*",
-    "torch.*._triton_*attention",
-    # anywhere under torch: torch.nn.modules.TransformerEncoderLayer too
-    "torch.*.Transformer*",
-    "torch.nn.modules.transformer",
-    "torch.nn.attention",
-    "torch.ops",
-    "torch._C",
-    "keras_hub",
-    "keras_nlp",
-    "transformers",
-    "flash_attn",
-    "xformers",
-    # the course's bridges build the built-in layer (builtin-layers allows them)
-    "attncourse.*.to_torch_mha",
-    "attncourse.*.to_keras_mha",
+BUILTIN_ATTENTION = tuple(
+    _words("""keras.*.MultiHeadAttention keras.*.Attention keras.*.AdditiveAttention
+    keras.*.GroupQueryAttention keras.*.GroupedQueryAttention
+    keras.*.dot_product_attention keras.*.multi_head_attention*
+    torch.*.MultiheadAttention torch.*.scaled_dot_product_attention
+    torch.*.multi_head_attention_forward torch.*._native_multi_head_attention
+    torch.*._scaled_dot_product_* torch.*._flash_attention*
+    torch.*._triton_*attention torch.*.Transformer* torch.nn.modules.transformer
+    torch.nn.attention torch.ops torch._C jax.*.dot_product_attention
+    flax.*.*Attention keras_hub keras_nlp transformers flash_attn xformers""")
 )
 # where a computed attribute name (getattr(m, name)) can reach such functions
-TRACKED_ROOTS = (
-    "attncourse",
-    "torch",
-    "tensorflow",
-    "keras",
-    "tf_keras",
-    "keras_hub",
-    "keras_nlp",
-    "transformers",
-    "jax",
-    "flax",
+TRACKED_ROOTS = frozenset(
+    _words(
+        "attncourse torch tensorflow keras tf_keras keras_hub keras_nlp transformers "
+        "jax flax"
+    )
 )
-# builtins that run code or fetch attributes by a computed name: flagged
-# wherever they are named (called, passed, aliased, shadowed)
-DYNAMIC_CALLS = {
-    "__import__": "__import__()",
-    "eval": "eval()",
-    "exec": "exec()",
-    "compile": "compile()",
-    "globals": "globals()",
-    "locals": "locals()",
-    "breakpoint": "breakpoint()",
-    "vars": "vars()",
-    "__builtins__": "__builtins__",
-    "__loader__": "__loader__",
-    "__spec__": "__spec__",
-}
+# builtins that run code or fetch by a computed name, wherever they are named
+DYNAMIC_CALLS = frozenset(
+    _words(
+        "__import__ eval exec compile globals locals breakpoint vars __builtins__ "
+        "__loader__ __spec__"
+    )
+)
 # patterns as above: code from strings, introspection, other processes
-DYNAMIC_MODULES = (
-    "importlib",
-    "imp",
-    "pkgutil",
-    "pkg_resources",
-    "runpy",
-    "zipimport",
-    "site",
-    "sys.modules",
-    "sys._getframe",
-    "sys._current_frames",
-    "sys.meta_path",
-    "sys.path_hooks",
-    "sys.path_importer_cache",
-    "sys.settrace",
-    "sys.setprofile",
-    "builtins",
-    "__main__",
-    "gc",
-    "inspect",
-    "ctypes",
-    "operator.attrgetter",
-    "operator.methodcaller",
-    "types.FunctionType",
-    "types.LambdaType",
-    "types.CodeType",
-    "typing.get_type_hints",
-    "typing.ForwardRef",
-    "marshal",
-    "pickle",
-    "copyreg",
-    "shelve",
-    "dill",
-    "cloudpickle",
-    "joblib",
-    "code",
-    "codeop",
-    "timeit",
-    "pdb",
-    "bdb",
-    "trace",
-    "profile",
-    "cProfile",
-    "doctest",
-    "pydoc",
-    "rlcompleter",
-    "logging.config",
-    "unittest.mock",
-    "subprocess",
-    "multiprocessing",
-    "concurrent",
-    "pty",
-    "posix",
-    "nt",
-    "os.system",
-    "os.popen",
-    "os.exec*",
-    "os.spawn*",
-    "os.posix_spawn*",
-    # IPython's shell runs strings (run_cell, magics); IPython.display is fine
-    "IPython.get_ipython",
-    "IPython.core",
-    "IPython.embed*",
-    "IPython.start_*",
-    "IPython.terminal",
-    "IPython.utils",
-    "IPython.lib",
-    "IPython.extensions",
-    "ipykernel",
-    "pandas.read_pickle",
-    "torch.load",
-    "torch.*.load",
-    "torch.overrides",
-    "torch.hub",
-    "torch.package",
-    "torch.serialization",
-    "torch.library",
-    "keras.*.deserialize*",
-    "keras.*.get_registered_object",
-    "keras.*.get_custom_objects",
-    "keras.*.model_from_*",
-    "keras.*.load_model",
-    "tensorflow.saved_model",
+DYNAMIC_MODULES = tuple(
+    _words("""importlib imp pkgutil pkg_resources runpy zipimport site sys.modules
+    sys._getframe sys._current_frames sys.meta_path sys.path_hooks
+    sys.path_importer_cache sys.settrace sys.setprofile builtins __main__ gc
+    inspect ctypes operator.attrgetter operator.methodcaller types.FunctionType
+    types.LambdaType types.CodeType typing.get_type_hints typing.ForwardRef
+    marshal pickle copyreg shelve dill cloudpickle joblib code codeop timeit pdb
+    bdb trace profile cProfile doctest pydoc rlcompleter logging.config
+    unittest.mock subprocess multiprocessing concurrent pty posix nt os.system
+    os.popen os.exec* os.spawn* os.posix_spawn* IPython.get_ipython IPython.core
+    IPython.embed* IPython.start_* IPython.terminal IPython.utils IPython.lib
+    IPython.extensions ipykernel pandas.read_pickle torch.load torch.*.load
+    torch.overrides torch.hub torch.package torch.serialization torch.library
+    keras.*.deserialize* keras.*.get_registered_object keras.*.get_custom_objects
+    keras.*.model_from_* keras.*.load_model tensorflow.saved_model""")
 )
-DUNDERS = {
-    "__dict__",
-    "__getattribute__",
-    "__getattr__",
-    "__globals__",
-    "__subclasses__",
-    "__builtins__",
-    "__import__",
-    "__loader__",
-    "__spec__",
-    "__code__",
-    "__closure__",
-    "__bases__",
-    "__mro__",
-    "__base__",
-    "__reduce__",
-    "__reduce_ex__",
-    "__self__",
-    "__func__",
-    "__wrapped__",
-    "__module__",
-    "__traceback__",
-    "__annotations__",
-    "__kwdefaults__",
-    "__defaults__",
-    # frames, tracebacks, generators: their globals hold every module
-    "f_globals",
-    "f_locals",
-    "f_builtins",
-    "f_back",
-    "f_code",
-    "tb_frame",
-    "tb_next",
-    "gi_frame",
-    "cr_frame",
-    "ag_frame",
-    "gi_code",
-    "co_consts",
-}
-# how frameworks re-export each other (checked in this order)
-CANONICAL = (
-    ("tensorflow.python.keras", "keras"),
-    ("tensorflow.keras", "keras"),
-    ("tf_keras", "keras"),
-    ("tensorflow.compat.v1.keras", "keras"),
-    ("tensorflow.compat.v2.keras", "keras"),
+# attributes that reach globals, code, classes' namespaces or frames
+DUNDERS = frozenset(
+    _words("""__dict__ __getattribute__ __getattr__ __globals__ __subclasses__
+    __builtins__ __import__ __loader__ __spec__ __code__ __closure__ __bases__
+    __mro__ __base__ __reduce__ __reduce_ex__ __self__ __func__ __wrapped__
+    __module__ __traceback__ __annotations__ __kwdefaults__ __defaults__
+    f_globals f_locals f_builtins f_back f_code tb_frame tb_next gi_frame
+    cr_frame ag_frame gi_code co_consts""")
+)
+# where frameworks re-export Keras (checked in this order)
+KERAS_HOMES = _words(
+    "tensorflow.python.keras tensorflow.keras tf_keras tensorflow.compat.v1.keras "
+    "tensorflow.compat.v2.keras"
 )
 # what a component of a longer name usually stands for (a module's own import
 # of it: ``attncourse.torch.multihead.nn`` is ``torch.nn``)
-ALIASES = {
-    "nn": "torch.nn",
-    "F": "torch.nn.functional",
-    "functional": "torch.nn.functional",
-    "tf": "tensorflow",
-    "th": "torch",
-    "np": "numpy",
-    "K": "keras",
-    "layers": "keras.layers",
-    "ops": "keras.ops",
-}
-# magics that run the code they are given as it is written (no $/{} expansion)
-SAFE_MAGICS = {"time", "timeit", "capture", "matplotlib"}
-# get_ipython().<attr> that runs no code from strings (hooks, display)
-SAFE_SHELL = {"events", "display_pub"}
+ALIASES = dict(
+    pair.split("=")
+    for pair in _words(
+        "nn=torch.nn F=torch.nn.functional functional=torch.nn.functional "
+        "tf=tensorflow th=torch np=numpy K=keras layers=keras.layers ops=keras.ops"
+    )
+)
+SAFE_MAGICS = {"time", "timeit", "capture", "matplotlib"}  # run code as written
+SAFE_SHELL = {"events", "display_pub"}  # get_ipython().<attr> that runs no code
 OWN = {"self", "cls"}  # getattr(self, name): the student's own object
 MAX_SOURCE = 2_000_000  # characters of student code read (more: flagged)
 MAX_ALIASES = 16  # dotted names one variable may stand for (more: flagged)
@@ -312,12 +173,21 @@ MAX_NAME = 20_000  # characters of one dotted name kept
 LONG_NAME = 300  # a longer dotted name is reported (a hiding place)
 MAX_MAGIC_DEPTH = 6  # magics inside magics read (deeper: flagged)
 _SUFFIXES = (".py", *importlib.machinery.EXTENSION_SUFFIXES)
+_OPTIONS = re.compile(r"\s*(?:-[-\w]+(?:[ \t]+\d+)?[ \t]+)+")
+# how a module-valued expression leaves what the scan follows, by its parent
+_ESCAPES = {
+    **dict.fromkeys((ast.Tuple, ast.List), "is put in a tuple or list"),
+    **dict.fromkeys((ast.Call, ast.keyword), "is passed to a function"),
+    **dict.fromkeys((ast.Return, ast.Yield, ast.YieldFrom, ast.Lambda), "is returned"),
+    **dict.fromkeys((ast.Dict, ast.Set), "is put in a dict or set"),
+    ast.arguments: "is a default argument",
+}
 
 
 def canonical(name: str) -> str:
-    for old, new in CANONICAL:
+    for old in KERAS_HOMES:
         if name == old or name.startswith(old + "."):
-            return new + name[len(old) :]
+            return "keras" + name[len(old) :]
     return name
 
 
@@ -354,8 +224,16 @@ def candidates(name: str) -> list[str]:
 
 
 def forbidden_match(name: str, forbidden) -> str | None:
-    for candidate in candidates(name):
-        hit = next((p for p in forbidden if matches(candidate, p)), None)
+    """The pattern of ``forbidden`` that ``name`` hits (None: allowed)."""
+    rules = [p for p in forbidden if not p.startswith("!")]
+    excepted = [p[1:] for p in forbidden if p.startswith("!")]
+    for c in candidates(name):
+        leaf = c.rsplit(".", 1)[-1]
+        if any(
+            matches(c, e) and fnmatchcase(leaf, e.rsplit(".", 1)[-1]) for e in excepted
+        ):
+            continue
+        hit = next((p for p in rules if matches(c, p)), None)
         if hit:
             return hit
     return None
@@ -401,7 +279,7 @@ def _locations(top: str) -> tuple | None:
     """Where the top-level module ``top`` is (None: not installed); the
     course library from this checkout, wherever the grader runs."""
     if top == "attncourse":
-        return (os.path.join(os.path.dirname(os.path.dirname(__file__)), top),)
+        return (LIBRARY,)
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError, AttributeError):
@@ -428,34 +306,25 @@ class Findings:
             notes.append(note)
 
 
-def _transform(source: str) -> str:
-    """IPython syntax (magics, ``!cmd``) as plain Python."""
+def _parse(source: str, problems: list, depth: int = 0) -> list[ast.AST]:
+    """Modules of ``source`` (IPython syntax as Python) and of the code inside
+    its magics; what cannot be read goes to ``problems``."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
-        return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001  (unparsable: ast.parse reports it)
-        return source
-
-
-_OPTIONS = re.compile(r"\s*(?:-[-\w]+(?:[ \t]+\d+)?[ \t]+)+")
-
-
-def _parse(source: str, problems: list, depth: int = 0) -> list[ast.AST]:
-    """Modules of ``source`` and of the code inside its magics; what cannot be
-    read goes to ``problems``."""
+        source = TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001, S110  (unparsable: ast.parse reports it)
+        pass
     try:
-        tree = ast.parse(_transform(source))
+        tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         # a cell with a syntax error does not run either (the guard flags
-        # syntax-error); code too deep for this process may run in a kernel
-        # with a higher recursion limit, and code inside a magic may run
-        line = getattr(e, "lineno", None)
+        # syntax-error); code too deep for this process, or inside a magic, may
         if depth or not isinstance(e, SyntaxError | ValueError):
+            line = getattr(e, "lineno", None)
+            where = f", line {line}" if line else ""
             problems.append(
-                f"code the provenance check cannot parse ({type(e).__name__}"
-                + (f", line {line}" if line else "")
-                + ")"
+                f"code the provenance check cannot parse ({type(e).__name__}{where})"
             )
         return []
     trees = [tree]
@@ -475,11 +344,10 @@ def _parse(source: str, problems: list, depth: int = 0) -> list[ast.AST]:
                 continue
             inner: list = []
             parsed = _parse(arg.value, inner, depth + 1)
-            if inner:  # "%timeit -n1 -r1 code": read the code after the options
-                m = _OPTIONS.match(arg.value)
-                if m:
-                    inner = []
-                    parsed = _parse(arg.value[m.end() :], inner, depth + 1)
+            m = _OPTIONS.match(arg.value)
+            if inner and m:  # "%timeit -n1 -r1 code": the code after the options
+                inner = []
+                parsed = _parse(arg.value[m.end() :], inner, depth + 1)
             problems += [f"line {node.lineno}: in a magic: {p}" for p in inner]
             trees += parsed
     return trees
@@ -511,13 +379,15 @@ class _Names:
     """Flow-insensitive bindings: variable -> dotted names it may stand for."""
 
     def __init__(self, trees):
-        self.trees = trees
         self.bound: dict[str, set] = {}
         self.local: set = set()  # names bound to something we cannot resolve
         self.star: list = []  # modules star-imported
         self.overflow: set = set()  # variables with more than MAX_ALIASES names
         for _ in range(6):  # alias chains: a few rounds reach a fixed point
-            if not self._collect():
+            changed = False
+            for node in (n for t in trees for n in ast.walk(t)):
+                changed |= self._collect(node)
+            if not changed:
                 break
 
     def _bind(self, name: str, values) -> bool:
@@ -531,42 +401,30 @@ class _Names:
             return True
         return False
 
-    def _collect(self) -> bool:
+    def _collect(self, node) -> bool:
         changed = False
-        for tree in self.trees:
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    for a in node.names:
-                        if a.asname:
-                            changed |= self._bind(a.asname, {a.name})
-                        else:
-                            top = a.name.split(".")[0]
-                            changed |= self._bind(top, {top})
-                elif (
-                    isinstance(node, ast.ImportFrom) and node.module and not node.level
-                ):
-                    for a in node.names:
-                        if a.name == "*":
-                            if node.module not in self.star:
-                                self.star.append(node.module)
-                        else:
-                            changed |= self._bind(
-                                a.asname or a.name, {f"{node.module}.{a.name}"}
-                            )
-                elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-                    targets = (
-                        node.targets if isinstance(node, ast.Assign) else [node.target]
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                changed |= self._bind(a.asname or top, {a.name if a.asname else top})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name != "*":
+                    changed |= self._bind(
+                        a.asname or a.name, {f"{node.module}.{a.name}"}
                     )
-                    for target in targets:
-                        changed |= self._assign(target, node.value)
-                elif isinstance(
-                    node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-                ):
-                    self.local.add(node.name)
-                elif isinstance(node, ast.arg):
-                    self.local.add(node.arg)
-                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                    self.local.add(node.id)
+                elif node.module not in self.star:
+                    self.star.append(node.module)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                changed |= self._assign(target, node.value)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            self.local.add(node.name)
+        elif isinstance(node, ast.arg):
+            self.local.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            self.local.add(node.id)
         return changed
 
     def _assign(self, target, value) -> bool:
@@ -576,8 +434,8 @@ class _Names:
             found = self.resolve(value)
             return self._bind(target.id, found) if found else False
         if (
-            isinstance(target, (ast.Tuple, ast.List))
-            and isinstance(value, (ast.Tuple, ast.List))
+            isinstance(target, ast.Tuple | ast.List)
+            and isinstance(value, ast.Tuple | ast.List)
             and len(target.elts) == len(value.elts)
         ):
             changed = False
@@ -602,7 +460,7 @@ class _Names:
             roots = set(self.bound.get(base.id, ()))
             if not roots and base.id not in self.local:
                 roots = {f"{m}.{base.id}" for m in self.star}
-        elif isinstance(base, (ast.IfExp, ast.BoolOp, ast.NamedExpr)) or (
+        elif isinstance(base, ast.IfExp | ast.BoolOp | ast.NamedExpr) or (
             _literal_getattr(base) is not None
         ):
             roots = self.resolve(base)
@@ -614,14 +472,19 @@ class _Names:
         }
 
 
-def _label_line(label: str, node) -> str:
-    return f"{label} line {getattr(node, 'lineno', '?')}"
+@dataclass
+class _Context:
+    label: str
+    names: _Names
+    forbidden: tuple
+    found: Findings
+    parents: dict
 
 
 def scan(cells, forbidden=(), context=()) -> Findings:
     """Findings in ``cells`` [(label, source)], the student's code; ``context``
-    [(label, source)] are the instructor's cells (their imports bind names).
-    """
+    [(label, source)] are the instructor's cells (their imports bind names, and
+    the forbidden names they use are the assignment's own helpers)."""
     found = Findings()
     total = sum(len(src) for _, src in cells)
     if total > MAX_SOURCE:
@@ -630,7 +493,11 @@ def scan(cells, forbidden=(), context=()) -> Findings:
             f"{total} characters of code: more than the "
             f"{MAX_SOURCE} the provenance check reads",
         )
-        cells = _truncate(cells)
+        left, kept = MAX_SOURCE, []
+        for label, src in cells:
+            kept.append((label, src[:left]))
+            left = max(0, left - len(src))
+        cells = kept
     try:
         _scan(cells, tuple(forbidden), context, found)
     except (RecursionError, MemoryError) as e:
@@ -649,16 +516,23 @@ def _scan(cells, forbidden, context, found) -> None:
         student.append((label, _parse(src, problems)))
         for p in problems:
             found.add("dynamic", f"{label}: {p}")
-    names = _Names(
-        [t for _, src in context for t in _parse(src, [])]
-        + [t for _, trees in student for t in trees]
-    )
+    given = [t for _, src in context for t in _parse(src, [])]
+    names = _Names(given + [t for _, trees in student for t in trees])
     for name in sorted(names.overflow):
         found.add(
             "dynamic",
             f"the variable {name} stands for more than {MAX_ALIASES} names "
             "(the provenance check keeps that many)",
         )
+    # what the instructor's cells use is the assignment's helper, not its task
+    used = {
+        n
+        for tree in given
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute | ast.Name)
+        for n in names.resolve(node)
+    }
+    forbidden += tuple(f"!{n}" for n in sorted(used) if forbidden_match(n, forbidden))
     for label, trees in student:
         for tree in trees:
             parents = {
@@ -675,33 +549,16 @@ def _scan(cells, forbidden, context, found) -> None:
                 _check(node, ctx, id(node) in inner)
 
 
-@dataclass
-class _Context:
-    label: str
-    names: _Names
-    forbidden: tuple
-    found: Findings
-    parents: dict
-
-
-def _truncate(cells):
-    out, left = [], MAX_SOURCE
-    for label, src in cells:
-        out.append((label, src[:left]))
-        left = max(0, left - len(src))
-    return out
-
-
 def _check(node, ctx: _Context, inner=False) -> None:
-    where = _label_line(ctx.label, node)
-    found, names, forbidden = ctx.found, ctx.names, ctx.forbidden
+    where = f"{ctx.label} line {getattr(node, 'lineno', '?')}"
+    found = ctx.found
     if isinstance(node, ast.Import | ast.ImportFrom):
-        _check_import(node, where, forbidden, found)
+        _check_import(node, where, ctx.forbidden, found)
         return
     if isinstance(node, ast.Attribute):
         if node.attr in DUNDERS:
             found.add("dynamic", f"{where}: introspection ({node.attr})")
-        base, attrs = _chain(node)
+        attrs = _chain(node)[1]
         if not inner and len(attrs) * 2 + sum(map(len, attrs)) > LONG_NAME:
             found.add(
                 "dynamic",
@@ -718,20 +575,16 @@ def _check(node, ctx: _Context, inner=False) -> None:
     ):  # np.load(..., allow_pickle=True), torch.load(..., weights_only=False)
         found.add("dynamic", f"{where}: {node.arg}= (a pickle can import anything)")
     if isinstance(node, ast.MatchClass):
-        for attr in node.kwd_attrs:  # case C(attr=x): reads x = subject.attr
-            if attr in DUNDERS:
-                found.add("dynamic", f"{where}: introspection ({attr})")
+        for attr in set(node.kwd_attrs) & DUNDERS:  # case C(attr=x): subject.attr
+            found.add("dynamic", f"{where}: introspection ({attr})")
     literal = _literal_getattr(node)
-    if literal is not None and (literal[1] in DUNDERS or literal[1].startswith("_")):
+    if literal is not None and (literal[1] in DUNDERS or literal[1][:1] == "_"):
         found.add("dynamic", f"{where}: getattr(..., {literal[1]!r})")
-    if (
-        isinstance(node, ast.Attribute | ast.Name)
-        and isinstance(getattr(node, "ctx", None), ast.Load)
-        or literal is not None
-    ):
-        resolved = () if inner else sorted(names.resolve(node))
+    loaded = isinstance(getattr(node, "ctx", None), ast.Load)
+    if isinstance(node, ast.Attribute | ast.Name) and loaded or literal is not None:
+        resolved = () if inner else sorted(ctx.names.resolve(node))
         for name in resolved:
-            _check_name(name, where, forbidden, found)
+            _check_name(name, where, ctx.forbidden, found)
         how = _escapes(node, ctx.parents) if resolved else None
         if how and any(is_module(c) for n in resolved for c in candidates(n)):
             found.add(
@@ -739,7 +592,7 @@ def _check(node, ctx: _Context, inner=False) -> None:
                 f"{where}: the module {resolved[0]} {how}, where the "
                 "provenance check cannot follow it",
             )
-    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+    if isinstance(node, ast.Name) and loaded:
         _check_builtin(node, where, ctx)
 
 
@@ -768,13 +621,11 @@ def _check_import(node, where, forbidden, found) -> None:
                 )
             continue
         full = a.name if isinstance(node, ast.Import) else f"{module}.{a.name}"
-        for name in (canonical(full), canonical(module)):
-            if name:
-                _check_name(name, where, forbidden, found, imports=True)
+        for name in {canonical(full), canonical(module)} - {""}:
+            _check_name(name, where, forbidden, found, verb="imports ")
 
 
-def _check_name(name, where, forbidden, found, imports=False) -> None:
-    verb = "imports " if imports else ""
+def _check_name(name, where, forbidden, found, verb="") -> None:
     if len(name) > LONG_NAME:
         found.add(
             "dynamic",
@@ -783,8 +634,7 @@ def _check_name(name, where, forbidden, found, imports=False) -> None:
     hit = forbidden_match(name, forbidden)
     if hit:
         found.add("call", f"{where}: {verb}{name} ({_why(hit)})")
-    dyn = dynamic_match(name)
-    if dyn:
+    if dynamic_match(name):
         found.add("dynamic", f"{where}: {verb}{name}")
     # a private attribute on the way to another (collections._sys.modules),
     # or anywhere under the course library or a framework (decoding._attend)
@@ -803,65 +653,39 @@ def _may_hold(module: str, forbidden) -> str | None:
     module = canonical(module)
     for p in forbidden:
         head = p.split(".*")[0].split("*")[0].rstrip(".")
-        if module.startswith(head) or head.startswith(module + "."):
+        if not p.startswith("!") and (
+            module.startswith(head) or head.startswith(module + ".")
+        ):
             return p
     return None
 
 
 def _escapes(node, parents) -> str | None:
     """How a module-valued ``node`` leaves what the scan follows (None: it
-    does not): dereferenced, called, compared, bound to a plain name."""
+    does not): it is dereferenced, called, compared or bound to a plain name."""
     child, parent = node, parents.get(id(node))
-    while isinstance(parent, ast.IfExp | ast.BoolOp | ast.NamedExpr) and (
-        not isinstance(parent, ast.IfExp) or child is not parent.test
+    while isinstance(parent, ast.IfExp | ast.BoolOp | ast.NamedExpr) and not (
+        isinstance(parent, ast.IfExp) and child is parent.test
     ):
         child, parent = parent, parents.get(id(parent))
-    if parent is None or isinstance(parent, ast.Expr | ast.Compare):
-        return None
-    if isinstance(parent, ast.Attribute) or (
-        isinstance(parent, ast.Call) and child is parent.func
+    if (
+        parent is None
+        or isinstance(parent, ast.Expr | ast.Compare | ast.Attribute | ast.IfExp)
+        or isinstance(parent, ast.Call)
+        and child is parent.func
     ):
         return None
-    if isinstance(parent, ast.IfExp):  # the test of a conditional
-        return None
-    if isinstance(parent, ast.Tuple | ast.List):
-        holder = parents.get(id(parent))
-        if (
-            isinstance(holder, ast.Assign)
-            and holder.value is parent
-            and all(
-                isinstance(t, ast.Tuple | ast.List)
-                and len(t.elts) == len(parent.elts)
-                and all(isinstance(e, ast.Name) for e in t.elts)
-                for t in holder.targets
-            )
-            and not _in_class(holder, parents)
-        ):
-            return None
-        return "is put in a tuple or list"
     if isinstance(parent, ast.Assign | ast.AnnAssign) and child is parent.value:
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-        if all(isinstance(t, ast.Name) for t in targets):
-            return "is a class attribute" if _in_class(parent, parents) else None
-        return "is stored in an attribute or item"
-    if isinstance(parent, ast.Call | ast.keyword):
-        return "is passed to a function"
-    if isinstance(parent, ast.arguments):
-        return "is a default argument"
-    if isinstance(parent, ast.Return | ast.Yield | ast.YieldFrom | ast.Lambda):
-        return "is returned"
-    if isinstance(parent, ast.Dict | ast.Set):
-        return "is put in a dict or set"
-    return f"is used in a {type(parent).__name__}"
-
-
-def _in_class(node, parents) -> bool:
-    scope = parents.get(id(node))
-    while scope is not None and not isinstance(
-        scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
-    ):
-        scope = parents.get(id(scope))
-    return isinstance(scope, ast.ClassDef)
+        if not all(isinstance(t, ast.Name) for t in targets):
+            return "is stored in an attribute or item"
+        scope = parents.get(id(parent))
+        while scope is not None and not isinstance(
+            scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+        ):
+            scope = parents.get(id(scope))
+        return "is a class attribute" if isinstance(scope, ast.ClassDef) else None
+    return _ESCAPES.get(type(parent), f"is used in a {type(parent).__name__}")
 
 
 def _check_builtin(node, where, ctx: _Context) -> None:
@@ -869,8 +693,10 @@ def _check_builtin(node, where, ctx: _Context) -> None:
     name, parent = node.id, ctx.parents.get(id(node))
     called = isinstance(parent, ast.Call) and parent.func is node
     if name in DYNAMIC_CALLS:
-        how = DYNAMIC_CALLS[name] if called else f"{name} used as a value"
-        ctx.found.add("dynamic", f"{where}: {how}")
+        how = f"{name}()" if called and name.isidentifier() else name
+        ctx.found.add(
+            "dynamic", f"{where}: {how if called else name + ' used as a value'}"
+        )
     elif name == "getattr":
         if not called:
             ctx.found.add("dynamic", f"{where}: getattr used as a value")
@@ -907,7 +733,7 @@ def _safe_magic(node, parents) -> bool:
 
 
 def _why(pattern: str) -> str:
-    if pattern.startswith("attncourse") and "_mha" not in pattern:
+    if pattern.startswith("attncourse"):
         return "the course library's implementation"
     if pattern == "resource" or pattern.startswith("resource."):
         return "the memory cases' address-space limit"

@@ -42,14 +42,15 @@ from grader.kernel.runners.builtin_layers import (
     WEIGHTS,
 )
 from grader.numeric import merge_heads, split_heads
-from grader.provenance import COURSE_ATTENTION, COURSE_MASKS
+from grader.provenance import COURSE_ATTENTION, allow
 
 NAME = "builtin-layers"
 SEED = 7007
 # What the solution may not call (grader.provenance flags it for review): the
-# course library's own implementation and mask converters; the built-in layers are
-# this exercise's task, so they are allowed.
-FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS)
+# course library (its mask converters too) but the bridges to the built-in
+# layers, which the notebook offers; the built-in layers are this exercise's
+# task, so they are allowed.
+FORBIDDEN = (*COURSE_ATTENTION, *allow("to_keras_mha", "to_torch_mha"))
 
 
 def make_cases() -> dict:

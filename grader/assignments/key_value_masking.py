@@ -25,13 +25,13 @@ from grader.assignments.mistakes import (
 )
 from grader.core import Check, Variant
 from grader.kernel.runners.key_value_masking import ATTN_TARGETS, MASK_TARGETS, RUNS
-from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "key-value-masking"
 SEED = 4004
 # What the solution may not call (grader.provenance flags it for review): the
 # course library's own implementation and the built-in attention layers.
-FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS, *BUILTIN_ATTENTION)
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 PAD = 1
 
 

@@ -41,19 +41,13 @@ from grader.kernel.runners.multi_head_attention import (
     TARGETS,
     WEIGHTS,
 )
-from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "multi-head-attention"
 SEED = 6006
 # What the solution may not call (grader.provenance flags it for review): the
 # course library's own implementation and the built-in attention layers.
-FORBIDDEN = (
-    *COURSE_ATTENTION,
-    *COURSE_MASKS,
-    *BUILTIN_ATTENTION,
-    "attncourse.*.split_heads",
-    "attncourse.*.merge_heads",
-)
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
 def make_cases() -> dict:

@@ -22,7 +22,7 @@ NAME = "scoring-functions"
 SEED = 2002
 # What the solution may not call (grader.provenance flags it for review): the
 # course library's own implementation and the built-in attention layers.
-FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION, "attncourse.*.*_score")
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
 def make_cases() -> dict:

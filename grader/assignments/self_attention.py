@@ -39,13 +39,13 @@ from grader.kernel.runners.self_attention import (
     TARGETS,
     WEIGHTS,
 )
-from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION, COURSE_MASKS
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "self-attention"
 SEED = 5005
 # What the solution may not call (grader.provenance flags it for review): the
 # course library's own implementation and the built-in attention layers.
-FORBIDDEN = (*COURSE_ATTENTION, *COURSE_MASKS, *BUILTIN_ATTENTION)
+FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
 def make_cases() -> dict:

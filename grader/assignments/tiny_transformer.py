@@ -41,16 +41,16 @@ from grader.kernel.runners.tiny_transformer import (
     RUNS,
     VALUE_ERROR,
 )
+from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 
 NAME = "tiny-transformer"
 SEED = 1707
 # What the solution may not call (grader.provenance flags it for review): the
-# course library's head scores (the tiny chapter's own implementation) and the
-# input checks that raise their ValueErrors.
+# course library (its head scores are the tiny chapter's own implementation),
+# the built-in attention, and the input checks that raise their ValueErrors.
 FORBIDDEN = (
-    "attncourse.*.previous_token_score",
-    "attncourse.*.induction_score",
-    "attncourse.*.find_heads",
+    *COURSE_ATTENTION,
+    *BUILTIN_ATTENTION,
     "attncourse.checks.head_weights_input",
     "attncourse.checks.induction_score_inputs",
     "attncourse.checks.check_repeated_tokens",

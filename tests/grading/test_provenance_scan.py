@@ -1,30 +1,46 @@
-"""The provenance scan (``grader.provenance``) against a hostile student.
+"""The provenance scan (``grader.provenance``): what it must flag, what not.
 
-Each attack below reaches a function an assignment forbids (its ``FORBIDDEN``
-list in ``grader/assignments/<slug>.py``) without naming it plainly: through
-``getattr`` used as a value (``functools.reduce(getattr, ...)``, ``map``, an
-alias), introspection (``gc``, ``inspect``, frames, ``sys.modules`` reached
-through another module), a module object the scan cannot follow (in a list,
-a dict, a class body, a default, a function argument), re-exports
-(``attncourse.torch.multihead.nn``), code from strings (``timeit``,
-``pydoc.locate``, pickles, a module the notebook wrote, magics with options)
-and the scan's own limits (alias cap, chain length, nested magics). Each must
-be flagged (``library-call`` or ``dynamic-code``) for the instructor, for four
-assignments' lists; the first seven are the hostile review's scripts.
+The deny-list is the course library's public API, derived: every public name
+of ``attncourse.numpy`` / ``.tf`` / ``.torch`` (``provenance.course_api``,
+read from the modules' ``__all__``; checked here against the imported
+modules) is attention-computing unless it is one of ``provenance.HELPERS``
+(sizes, shapes, parameter dictionaries). Per assignment, every such name is
+flagged in the assignment's own solution cell (staged as the grader stages
+it), named directly, through an alias or a re-exporting submodule or a
+literal ``getattr`` (``library-call``), or reached with a computed
+``getattr``, ``importlib``, ``__import__`` or ``sys.modules``
+(``dynamic-code``); what an assignment allows (``provenance.allow``) is
+offered by its notebook and is not what it asks the learner to write. The
+observed misses (``flash_attention(..., mask=...)`` in key-value-masking,
+``FlashAttention``, ``gru_step``) are flagged by name.
 
-The honest side: the reference solutions and the catalogued mistakes of
-those assignments, staged as the grader stages them, and ordinary code
+Each attack in ``ATTACKS`` reaches a function an assignment forbids without
+naming it plainly: ``getattr`` used as a value (``functools.reduce(getattr,
+...)``, ``map``, an alias), introspection (``gc``, ``inspect``, frames,
+``sys.modules`` reached through another module), a module object the scan
+cannot follow (in a list, a dict, a class body, a default, a function
+argument), re-exports (``attncourse.torch.multihead.nn``), code from strings
+(``timeit``, ``pydoc.locate``, pickles, a module the notebook wrote, magics
+with options) and the scan's own limits (alias cap, chain length, nested
+magics). Each must be flagged (``library-call`` or ``dynamic-code``) for the
+instructor, for seven assignments' lists.
+
+The honest side: every assignment's reference solution and its catalogued
+mistakes, staged as the grader stages them, and ordinary code
 (``tf.nn.moments``, ``getattr(self, name)``, ``%timeit -n1 f(x)``) are not
 flagged.
 """
 
+import importlib
+import re
+
 import nbformat
 import pytest
-from support.grading import release_notebook, student_solutions
+from support.grading import BUGS, WARNING_EDITS, release_notebook, student_solutions
 
+from grader import assignments, provenance, staging
 from grader import events as ev
 from grader import notebooks as nbs
-from grader import provenance, staging
 from grader.assignments import (
     attention_cost,
     flash_attention,
@@ -257,19 +273,31 @@ class Quiet:
         self.notes.append(text)
 
 
-@pytest.mark.parametrize("assignment", list(TARGETS))
-def test_honest_solutions_stay_clean(assignment):
-    """Staged as the grader stages them: the reference and the catalogued
-    mistakes are not flagged."""
+def staged_flags(assignment, solutions) -> dict:
+    """flag -> notes of ``solutions`` staged and scanned as the grader does."""
     release = release_notebook(assignment)
-    for student in ("reference", "bug1", "bug2", "bug3"):
-        nb = nbformat.from_dict(
-            nbs.submission(release, student_solutions(assignment, student))
-        )
-        q = Quiet()
-        staged, _ = staging.rebuild(nb, nbformat.from_dict(release), q)
-        staging.check_provenance(staged, nbformat.from_dict(release), assignment, q)
-        assert not {"library-call", "dynamic-code"} & set(q.flags), (student, q.flags)
+    nb = nbformat.from_dict(nbs.submission(release, solutions))
+    q = Quiet()
+    staged, _ = staging.rebuild(nb, nbformat.from_dict(release), q)
+    staging.check_provenance(staged, nbformat.from_dict(release), assignment, q)
+    return q.flags
+
+
+def students(assignment):
+    found = {b.student for b in BUGS if b.assignment == assignment}
+    return ["reference", *sorted(found), *(["warning"] * (assignment in WARNING_EDITS))]
+
+
+@pytest.mark.parametrize("assignment", list(assignments.ASSIGNMENTS))
+def test_honest_solutions_stay_clean(assignment):
+    """Staged as the grader stages them: the blank release, the reference
+    solution and every catalogued mistake of every assignment are not
+    flagged (the test cells are context, never scanned)."""
+    flags = staged_flags(assignment, {})
+    assert not {"library-call", "dynamic-code"} & set(flags), ("blank", flags)
+    for student in students(assignment):
+        flags = staged_flags(assignment, student_solutions(assignment, student))
+        assert not {"library-call", "dynamic-code"} & set(flags), (student, flags)
 
 
 def test_a_hostile_cell_in_a_staged_submission_is_flagged():
@@ -288,3 +316,214 @@ def test_a_hostile_cell_in_a_staged_submission_is_flagged():
         staged, nbformat.from_dict(release), "transformer-block", q
     )
     assert "getattr used as a value" in " ".join(q.flags["dynamic-code"])
+
+
+# ------------------------------------------------- the deny-list, derived
+def allowed(assignment) -> set:
+    """The course names ``assignment`` allows: its ``provenance.allow``."""
+    forbidden = assignments.get(assignment).FORBIDDEN
+    return {p.rsplit(".", 1)[-1] for p in forbidden if p.startswith("!attncourse")}
+
+
+def test_the_api_read_from_source_is_the_modules_public_api():
+    """``course_api`` (read from the source, nothing imported) is each
+    framework module's ``__all__``, and every public function or class the
+    modules define is forbidden unless it is a helper."""
+    for fw, names in provenance.course_api().items():
+        module = importlib.import_module(f"attncourse.{fw}")
+        assert set(module.__all__) == set(names), fw
+        for sub in {*names.values()}:
+            mod = importlib.import_module(f"attncourse.{fw}.{sub}")
+            for attr in dir(mod):
+                obj = getattr(mod, attr)
+                if attr.startswith("_") or not callable(obj):
+                    continue
+                if not getattr(obj, "__module__", "").startswith(f"attncourse.{fw}"):
+                    continue
+                name = f"attncourse.{fw}.{sub}.{attr}"
+                hit = provenance.forbidden_match(name, provenance.COURSE_ATTENTION)
+                assert bool(hit) == (attr not in provenance.HELPERS), name
+
+
+def test_helpers_are_parameter_bookkeeping_of_the_api():
+    """The rule for "not attention-computing": a helper sizes, shapes or
+    converts parameters (its name says so) and is part of the API."""
+    api = set().union(*provenance.course_api().values())
+    assert api >= provenance.HELPERS
+    for name in provenance.HELPERS:
+        assert re.search(r"param|_bytes$", name), name
+
+
+@pytest.mark.parametrize("assignment", list(assignments.ASSIGNMENTS))
+def test_an_allowance_is_offered_by_the_notebook_and_is_not_the_task(assignment):
+    release = release_notebook(assignment)
+    text = " ".join(nbs.source(c) for c in release["cells"])
+    asked = {
+        re.sub(r"_?(tf|torch|TF|Torch)$", "", m)
+        for code in student_solutions(assignment, "reference").values()
+        for m in re.findall(r"^(?:def|class) (\w+)", code, re.M)
+    }
+    for name in allowed(assignment) - provenance.HELPERS:
+        assert f"{name}" in text, (assignment, name)
+        assert name not in asked, (assignment, name)
+
+
+# form -> (code: the last line uses {fw}.{name}, the flag that line must get)
+FORMS = {
+    "attribute": ("_x{i} = attncourse.{fw}.{name}", "library-call"),
+    "re-export": ("_x{i} = attncourse.{fw}.{module}.{name}(q, k, v)", "library-call"),
+    "from-import alias": (
+        "from attncourse.{fw} import {name} as _f{i}\n_x{i} = _f{i}(q, k, v)",
+        "library-call",
+    ),
+    "module alias": (
+        "import attncourse.{fw} as _m{i}\n_x{i} = _m{i}.{name}",
+        "library-call",
+    ),
+    "literal getattr": ("_x{i} = getattr(attncourse.{fw}, '{name}')", "library-call"),
+    "computed getattr": (
+        "_x{i} = getattr(attncourse.{fw}, '{a}' + '{b}')",
+        "dynamic-code",
+    ),
+    "importlib": (
+        "import importlib\n_x{i} = importlib.import_module('attncourse.{fw}').{name}",
+        "dynamic-code",
+    ),
+    "__import__": (
+        "_x{i} = __import__('attncourse.{fw}', fromlist=['x']).{name}",
+        "dynamic-code",
+    ),
+    "sys.modules": (
+        "import sys\n_x{i} = sys.modules['attncourse.{fw}'].{name}",
+        "dynamic-code",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("assignment", list(assignments.ASSIGNMENTS))
+def test_every_attention_name_of_the_library_is_flagged(assignment, form):
+    """Each attention-computing name of the three framework modules (derived:
+    ``provenance.attention_api``), used in the assignment's solution cell in
+    this form, is flagged on its own line; the assignment's allowances are not
+    flagged as library calls."""
+    template, flag = FORMS[form]
+    solutions = student_solutions(assignment, "reference")
+    code = solutions["torch-solution"].rstrip("\n")
+    lines = {}  # line number -> (dotted name, allowed)
+    api = provenance.attention_api()
+    for fw, names in api.items():
+        for name, module in sorted(names.items()):
+            i = len(lines)
+            half = len(name) // 2
+            snippet = template.format(
+                i=i, fw=fw, name=name, module=module, a=name[:half], b=name[half:]
+            )
+            code += "\n" + snippet
+            shown = f"{module}.{name}" if "{module}" in template else name
+            lines[code.count("\n") + 1] = (
+                f"attncourse.{fw}.{shown}",
+                name in allowed(assignment),
+            )
+    solutions["torch-solution"] = code
+    flags = staged_flags(assignment, solutions)
+    notes = {}
+    for kind in ("library-call", "dynamic-code"):
+        for note in flags.get(kind, []):
+            m = re.match(r"torch-solution line (\d+):", note)
+            if m:
+                notes.setdefault((kind, int(m[1])), []).append(note)
+    missed, wrong = [], []
+    for line, (name, ok) in lines.items():
+        got = notes.get((flag, line), [])
+        if flag == "library-call":
+            got = [n for n in got if name in n]
+            if ok and got:
+                wrong.append(name)
+        if not ok and not got:
+            missed.append(name)
+    assert not missed, (assignment, form, "not flagged", missed)
+    assert not wrong, (assignment, form, "allowed but flagged", wrong)
+    assert len(lines) == sum(map(len, api.values())) > 200
+
+
+OBSERVED = [
+    # the issue's misses: full marks and no flag before the list was derived
+    (
+        "key-value-masking",
+        "tf-solution",
+        "o, lse = attncourse.tf.flash_attention(q, k, v, mask=m)",
+        "attncourse.tf.flash_attention",
+    ),
+    (
+        "key-value-masking",
+        "torch-solution",
+        "from attncourse.torch import flash_attention as fa\n"
+        "o, lse = fa(q, k, v, mask=m)",
+        "attncourse.torch.flash_attention",
+    ),
+    (
+        "flash-attention",
+        "torch-solution",
+        "o = attncourse.torch.FlashAttention.apply(q, k, v)",
+        "attncourse.torch.FlashAttention",
+    ),
+    (
+        "sparse-linear-attention",
+        "torch-solution",
+        "class Mine(attncourse.torch.FlashAttention):\n    pass",
+        "attncourse.torch.FlashAttention",
+    ),
+    (
+        "cross-attention-seq2seq",
+        "torch-solution",
+        "s = attncourse.torch.gru_step(x, h, p)",
+        "attncourse.torch.gru_step",
+    ),
+    (
+        "cross-attention-seq2seq",
+        "tf-solution",
+        "s = attncourse.tf.seq2seq.gru_step(x, h, p)",
+        "attncourse.tf.seq2seq.gru_step",
+    ),
+    (
+        "tiny-transformer",
+        "torch-solution",
+        "s = attncourse.torch.previous_token_score(w)",
+        "attncourse.torch.previous_token_score",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "assignment, part, code, name", OBSERVED, ids=[f"{o[0]}:{o[3]}" for o in OBSERVED]
+)
+def test_observed_misses_are_flagged(assignment, part, code, name):
+    solutions = student_solutions(assignment, "reference")
+    solutions[part] += "\n" + code + "\n"
+    flags = staged_flags(assignment, solutions)
+    assert any(name in n for n in flags.get("library-call", [])), flags
+
+
+def test_the_notebooks_own_helpers_stay_allowed():
+    """builtin-layers' bridges (its reference calls them) and attention-cost's
+    masked_softmax (its notebook offers it) are not flagged; their neighbours
+    are."""
+    sol = student_solutions("attention-cost", "reference")
+    sol["torch-solution"] += "\nw = attncourse.torch.masked_softmax(s, m)\n"
+    assert not staged_flags("attention-cost", sol)
+    sol["torch-solution"] += "\nm = attncourse.torch.causal_mask(4, 4)\n"
+    flags = staged_flags("attention-cost", sol)
+    assert any("causal_mask" in n for n in flags["library-call"]), flags
+
+
+def test_what_the_instructor_cells_use_is_allowed():
+    """A name the assignment's own (locked) cells use is its helper."""
+    context = [("setup", "import attncourse\nm = attncourse.torch.causal_mask(3, 3)")]
+    forbidden = assignments.get("self-attention").FORBIDDEN
+    code = (
+        "a = attncourse.torch.causal_mask(5, 5)\nb = attncourse.torch.sequence_mask(x)"
+    )
+    found = provenance.scan([("torch-solution", code)], forbidden, context)
+    assert [n for n in found.calls if "causal_mask" in n] == [], found
+    assert any("sequence_mask" in n for n in found.calls), found
