@@ -101,6 +101,13 @@ c.HTMLExporter.filters = {"strip_files_prefix": markdown_cell_html}
 # formulas (a student id "=1+2"), grader.export.
 c.ExportApp.plugin_class = "grader.export.SafeCsvExport"
 
+# Collecting from the exchange (`nbgrader collect`, the formgrader's Collect)
+# runs `python -m grader collect`'s code: links never followed, each inbound
+# folder's owner checked against the student it names, every submission kept;
+# releasing feedback copies only pages the grader wrote (grader.collect).
+c.ExchangeFactory.collect = "grader.collect.GuardedCollect"
+c.ExchangeFactory.release_feedback = "grader.collect.GuardedReleaseFeedback"
+
 # Any stderr output gives a test cell 0 points: drop framework log noise
 # (warnings, TF/absl/torch log lines) so only real errors count.
 c.IgnorePattern.enabled = True

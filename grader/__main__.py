@@ -1,5 +1,6 @@
 """``python -m grader <command> [options]`` -- the instructors' commands.
 
+    collect     collect the exchange's submissions (links refused, owners checked)
     grade       stage, autograde in the sandbox, feedback, grades.csv, report
     release     regenerate the student release exercises/ and check it for leaks
     references  regenerate (or --check) the hidden reference data
@@ -12,6 +13,7 @@
 import sys
 
 COMMANDS = {
+    "collect": "grader.collect",
     "grade": "grader.grade_all",
     "release": "grader.release",
     "references": "grader.build_references",

@@ -17,6 +17,10 @@ import re
 from pathlib import Path
 
 FLAGS = {
+    # collect (grader.collect)
+    "impersonation": "this account put a submission into the exchange under "
+    "another student's name, or files into another student's submission; "
+    "refused (the other student's submission is untouched)",
     # stage
     "missing": "no notebook submitted for this assignment",
     "malformed": "the notebook file is empty, not JSON or not a notebook",
@@ -59,6 +63,7 @@ FLAGS = {
 }
 
 PHASES = ("stage", "execute", "verdicts", "cluster", "finish")
+PHASES = ("collect", *PHASES)  # collect: grader.collect, before grading
 _SAFE = re.compile(r"[^A-Za-z0-9._@+-]")
 
 

@@ -340,6 +340,8 @@ class Classroom:
         self.hub_log = self.root / "hub" / "jupyterhub.log"
         self.instructor = f"{self.tag}-inst"
         self.students = [f"{self.tag}-stu1", f"{self.tag}-stu2"]
+        # a third account that writes into the exchange by hand (no hub login)
+        self.intruder = f"{self.tag}-stu3"
         self.grader = f"{self.tag}-grader"
         self.exchange = self.root / "exchange"
         self.course_root = self.root / "home" / self.grader / COURSE
@@ -367,7 +369,7 @@ class Classroom:
         home.chmod(0o700)
 
     def setup(self) -> None:
-        for name in [self.instructor, *self.students, self.grader]:
+        for name in [self.instructor, *self.students, self.intruder, self.grader]:
             self.add_user(name)
         # the course environment (interpreter, .venv, repo, proxy) for everyone
         self.opened = open_path_for_all(
@@ -619,6 +621,70 @@ def read_scores(course_root: Path) -> dict:
     return scores
 
 
+PLANT = textwrap.dedent("""
+    import json, os, secrets, sys
+    from datetime import datetime, timedelta, timezone
+    inbound, me, assignment, solution, peer_nb, secret, victims = sys.argv[1:8]
+    forged = sys.stdin.read()
+    later = datetime.now(timezone.utc) + timedelta(days=1)
+    stamp = later.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    out = {}
+
+    def folder(student):
+        path = os.path.join(
+            inbound, f"{student}+{assignment}+{stamp}+{secrets.token_urlsafe(9)}"
+        )
+        os.mkdir(path)
+        with open(os.path.join(path, "timestamp.txt"), "w") as fh:
+            fh.write(stamp)
+        return path
+
+    mine = folder(me)
+    os.symlink(solution, os.path.join(mine, assignment + ".ipynb"))
+    os.symlink(peer_nb, os.path.join(mine, "peer.ipynb"))
+    os.symlink(secret, os.path.join(mine, "secret.txt"))
+    os.mkfifo(os.path.join(mine, "pipe"))
+    try:
+        os.link(secret, os.path.join(mine, "secret-hard.txt"))
+        out["hard link"] = "made"
+    except OSError as e:
+        out["hard link"] = type(e).__name__
+    for victim in json.loads(victims):  # in a classmate's name, a day later
+        with open(os.path.join(folder(victim), assignment + ".ipynb"), "w") as fh:
+            fh.write(forged)
+    print(json.dumps(out))
+""")
+
+
+def plant_attacks(room, forged_nb: str) -> dict:
+    """The intruder, by hand in the exchange: a submission whose notebook links
+    to the solution (others to a classmate's notebook and to the grader's
+    secret, a FIFO, a hard link attempt), and one a day later in each
+    student's name."""
+    good = room.students[0]
+    course_ex = room.exchange / COURSE
+    cmd = [
+        sys.executable,
+        "-c",
+        PLANT,
+        str(course_ex / "inbound"),
+        room.intruder,
+        ASSIGNMENT,
+        str(room.course_root / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),
+        str(room.home(good) / COURSE / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),
+        str(room.course_root / ".grading" / "secret"),
+        json.dumps(room.students),
+    ]
+    result = run(
+        ["runuser", "-u", room.intruder, "--"]
+        + user_env(room.intruder, room.home(room.intruder))
+        + cmd,
+        cwd="/",
+        input=forged_nb,
+    )
+    return json.loads(result.stdout)
+
+
 def test_hub_logins_groups_and_formgrader_access(classroom):
     room = classroom
     # PAM: a wrong password is refused, the right one logs in
@@ -739,13 +805,50 @@ def test_assignment_cycle_through_the_exchange(classroom):
         assert r.status_code == 200 and r.json()["success"], r.text[-2000:]
         students[name] = (b, prefix)
 
-    # collect in the formgrader, grade with the course's command as the grader
+    # the intruder plants links and submissions in the others' names
+    own = {
+        name: (room.home(name) / COURSE / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+        for name in room.students
+    }
+    forged = nbs.submission(json.loads(own[room.students[0]].read_text()), wrong)
+    planted = plant_attacks(room, json.dumps(forged))
+    assert planted["hard link"] in ("PermissionError", "FileNotFoundError"), planted
+
+    # collect with the course's command in the formgrader's terminal (the
+    # grader account), then again with the formgrader's Collect button and
+    # plain `nbgrader collect`, which run the same code and name the command
+    output = inst.terminal(fg, f"python -m grader collect {ASSIGNMENT}")
+    for name in room.students:
+        assert f"not by {name}" in output, output[-3000:]
     r = inst.post(f"{fg}formgrader/api/assignment/{ASSIGNMENT}/collect", fg)
     assert r.status_code == 200 and r.json()["success"], r.text[-3000:]
-    for name in room.students:
+    assert "not by" in r.json().get("log", ""), r.json()
+    output = inst.terminal(fg, f"nbgrader collect {ASSIGNMENT} 2>&1")
+    assert "python -m grader collect" in output and "refused" in output, output
+    submitted = room.course_root / "submitted"
+    for name in room.students:  # the honest notebooks, not the forged ones
+        got = submitted / name / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        assert got.read_bytes() == own[name].read_bytes(), name
+    # nothing linked reached submitted/: not the solution, the peer, the secret
+    intruder = submitted / room.intruder / ASSIGNMENT
+    assert sorted(p.name for p in intruder.iterdir()) == ["timestamp.txt"]
+    assert not any(p.is_symlink() for p in submitted.rglob("*"))
+    from grader import events
+
+    log = events.load(room.course_root / ".grading", ASSIGNMENT, room.intruder)
+    notes = " ".join(log["flags"]["link"])
+    for name in (f"{ASSIGNMENT}.ipynb", "peer.ipynb", "secret.txt", "pipe"):
+        assert name in notes, (name, notes)
+    assert len(log["flags"]["impersonation"]) == len(room.students), log
+    for name in room.students:  # honest students are not flagged
         assert (
-            room.course_root / "submitted" / name / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        ).exists()
+            events.load(room.course_root / ".grading", ASSIGNMENT, name)["flags"] == {}
+        )
+    collected = room.course_root / ".grading" / "collected" / ASSIGNMENT
+    statuses = sorted(
+        r["status"] for r in json.loads((collected / "collect.json").read_text())
+    )
+    assert statuses == ["refused", "refused", "submitted", "submitted", "submitted"]
     # ... in a terminal of the formgrader service: the grader account, in the
     # course directory, with the service's environment
     output = inst.terminal(fg, f"python -m grader grade {ASSIGNMENT}")
@@ -794,7 +897,11 @@ def test_assignment_cycle_through_the_exchange(classroom):
     # what student B may not read: A's submission and home, the solutions
     a_home, b_home = room.home(good), room.home(bad)
     inbound = course_ex / "inbound"
-    a_subs = sorted(inbound.glob(f"{good}+{ASSIGNMENT}+*"))
+    a_subs = [
+        p
+        for p in inbound.glob(f"{good}+{ASSIGNMENT}+*")
+        if p.stat().st_uid == pwd.getpwnam(good).pw_uid
+    ]
     assert len(a_subs) == 1  # root sees it; B must not find it
     seen = probe(
         bad,
