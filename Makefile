@@ -12,7 +12,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv system-deps book book-clean test test-fast durations lint serve lab bench bench-attention bench-build bench-grading bench-kv grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast durations lint serve lab bench bench-attention bench-build bench-grading bench-kv bench-fairness grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench  - benchmarks (attention speed, book build, grading); figures go to"
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
 	@echo "              bench-build, bench-grading, bench-kv (KV-cache decoding speed)"
+	@echo "make bench-fairness - honest grading time alone vs beside a CPU hog"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
 	@echo "              (WORKERS=n Dask workers on this machine; default: one per core)"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
@@ -110,6 +111,13 @@ bench-grading: $(DEV_STAMP)
 bench-kv: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/kv_cache_speed.py --out _build/bench/kv_cache_speed.json
+
+# An honest submission's grading time alone and beside a CPU hog (forkpty
+# children in their own sessions; spinners under the process cap), with and
+# without the sandbox's CPU share: the ratios (~10 min; not part of `make bench`).
+bench-fairness: $(DEV_STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/cpu_fairness.py --out _build/bench/cpu_fairness.json
 
 # Dask workers of the embedded cluster (default: one per CPU core); for a cluster
 # elsewhere: python -m grader grade --scheduler tcp://HOST:8786 (solutions/README.md).

@@ -153,7 +153,7 @@ class Limits:
     sockets: int = 1 * MiB  # size of the socket folder's tmpfs
     message: int = 32 * MiB  # largest message frame the grader accepts (ZeroMQ)
     cpu_cores: float = 1.0  # CPU share of the whole sandbox, in cores (0: none)
-    sandbox_processes: int = 64  # processes (not threads) at once (watchdog)
+    sandbox_processes: int = 16  # processes (not threads) at once (watchdog)
 
     def rlimits(self) -> dict:
         return {
