@@ -17,8 +17,14 @@
 * after each cell kills processes the cell left behind (fork bombs,
   background jobs) and restarts the kernel without that cell if it left too
   many threads running;
-* caps each cell's output (``max_output`` characters; errors and stderr are
-  never dropped entirely, so they still cost points);
+* bounds what a notebook's outputs keep, in every form (``output()``,
+  display updates, the stream log): each cell keeps at most ``max_output``
+  characters, the whole notebook at most ``max_notebook_output``; past
+  either, a cell keeps one short head of stdout and of stderr and one short
+  error (so errors and stderr still cost points), nothing else, and a note;
+  only the first ``max_cells`` code cells run (the release's cells always);
+  our own reports are bounded per cell (``MAX_OURS``) and per notebook
+  (``MAX_OURS_NOTEBOOK``);
 * takes over the verdicts of the sandbox's watchdog (``grader.sandbox``):
   a kernel whose processes together use too much memory, or that fills its
   socket folder or floods its tmpfs'es with files, is killed and flagged
@@ -70,7 +76,14 @@ from grader.kernel.observations import INTEGRITY, OBSERVATION, OURS
 from grader.sandbox import SandboxedKernelManager
 
 MAX_OURS = 4 * 1024 * 1024  # characters of our own reports per cell
+# ... and per notebook: an honest notebook publishes at most 8 hidden-test
+# results of at most 1 MiB each (recorder.MAX_RESULTS), base64 or not
+MAX_OURS_NOTEBOOK = 32 * 1024 * 1024
 MAX_LOGGED = 1000  # message tags kept per cell in the stream log
+# past a cell's or the notebook's output budget: what one short error keeps
+ERROR_CHARS = 300  # of its ename, its evalue, each traceback line
+ERROR_LINES = 10  # traceback lines (the last ones)
+STREAM_HEAD = 1000  # characters of a stream's head kept past the budget
 CONTENT = ("display_data", "execute_result", "update_display_data", "clear_output")
 SIGNALS = {
     signal.SIGSEGV: "a segmentation fault (SIGSEGV)",
@@ -107,30 +120,83 @@ MIN_OUTPUT = 100  # characters charged for any output (so <= 1 000 per cell)
 
 
 def _size(content) -> int:
-    """Characters of a message's content (or an output), whatever its form."""
-    if not isinstance(content, dict):
-        return len(str(content))
-    if "text" in content:
-        return len(str(content["text"]))
-    if "data" in content:
-        data = content["data"]
-        if not isinstance(data, dict):
-            return len(str(data))
-        return sum(len(v) if isinstance(v, str) else len(str(v)) for v in data.values())
-    traceback = content.get("traceback")
-    if not isinstance(traceback, list):
-        return len(str(traceback or ""))
-    return sum(len(str(t)) for t in traceback)
+    """Characters of a message's content (or an output), whatever its form:
+    every string and key in it, nested or not (metadata, ``ename``,
+    ``evalue``, a display id, ``execution_count`` too), 8 for any other
+    value. Iterative: a deeply nested payload cannot exhaust the stack."""
+    total, todo = 0, [content]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(k) if isinstance(k, str) else 8 for k in item)
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            total += 8
+            todo.extend(item)
+        else:
+            total += 8
+    return total
+
+
+def _clip(value, limit: int) -> str:
+    """``value`` as at most ``limit`` characters (never ``str()`` of a huge
+    object: a non-string is named by its type)."""
+    if not isinstance(value, str):
+        return "" if value is None else f"<{type(value).__name__}>"
+    if len(value) <= limit:
+        return value
+    return value[:limit] + f"[... {len(value) - limit} characters cut by the grader]"
+
+
+def short_error(content) -> dict:
+    """An error message's content cut to a few kilobytes: ``ename`` and
+    ``evalue`` clipped, the last ``ERROR_LINES`` traceback lines, each
+    clipped."""
+    traceback = content.get("traceback") if isinstance(content, dict) else None
+    lines = traceback[-ERROR_LINES:] if isinstance(traceback, list) else []
+    return {
+        "ename": _clip(content.get("ename"), ERROR_CHARS) or "Error",
+        "evalue": _clip(content.get("evalue"), ERROR_CHARS),
+        "traceback": [_clip(t, ERROR_CHARS) for t in lines],
+    }
+
+
+# the message kinds the stream log names; any other is logged as "other"
+# (a hostile kernel's message type can be megabytes long)
+KINDS = {
+    k: k
+    for k in (
+        "display_data",
+        "execute_result",
+        "update_display_data",
+        "clear_output",
+        "error",
+        "stream",
+        "status",
+        "execute_input",
+    )
+}
+
+
+def _kind(kind) -> str:
+    if isinstance(kind, str) and kind.startswith("comm"):
+        return "comm"
+    return KINDS.get(kind, "other") if isinstance(kind, str) else "other"
 
 
 def _malformed(content) -> bool:
-    """Content nbclient would choke on (a hostile kernel's message)."""
+    """Content nbclient would choke on (a hostile kernel's message), or keep
+    unbounded: an ``execution_count`` that is not a number (nbclient sets
+    it on the cell from any message)."""
     if not isinstance(content, dict):
         return True
     for key in ("data", "metadata", "transient"):
         if content.get(key) is not None and not isinstance(content[key], dict):
             return True
-    return False
+    count = content.get("execution_count")
+    return count is not None and not isinstance(count, int)
 
 
 def _ours_in(content) -> str | None:
@@ -150,6 +216,16 @@ class GuardedExecute(Execute):
     max_output = Integer(100_000, help="characters of output kept per cell").tag(
         config=True
     )
+    # the reference solutions print under 200 characters per notebook (every
+    # output is charged at least MIN_OUTPUT: under 1 000); 4 cells at the cap
+    max_notebook_output = Integer(
+        400_000, help="characters of output kept per notebook (all cells)"
+    ).tag(config=True)
+    # the releases have 8-14 code cells; a student's own cells past the bound
+    # are not run (the release's cells always are)
+    max_cells = Integer(
+        500, help="code cells run per notebook (the release's cells always run)"
+    ).tag(config=True)
     thread_slack = Integer(
         0,
         help="threads a cell may leave running above the "
@@ -184,8 +260,7 @@ class GuardedExecute(Execute):
         self._kill_reason = None
         self._iopub_watch = None  # sandbox.watch_disconnects of the kernel's iopub
         self._replaying = False
-        self._out_chars = self._ours_chars = 0
-        self._truncated = set()
+        self._new_notebook_budget()
         self.restarts = 0
         began = monotonic()
         try:
@@ -205,6 +280,18 @@ class GuardedExecute(Execute):
             self.events.save()
         return self.nb, self.resources
 
+    def _new_notebook_budget(self):
+        """Output counters of a new notebook (``output()``, ``_log``)."""
+        self._nb_chars = self._nb_ours = 0  # kept in this notebook so far
+        self._nb_over = False  # the notebook's budget was exceeded
+        self._new_cell_budget()
+
+    def _new_cell_budget(self):
+        """Output counters of one execution of a cell."""
+        self._out_chars = self._ours_chars = 0
+        self._ours_over = False
+        self._truncated = set()  # what this cell already kept past the budget
+
     def _prepare_inputs(self):
         if self.assignment not in assignments.ASSIGNMENTS:
             self.inputs = None
@@ -220,12 +307,54 @@ class GuardedExecute(Execute):
         os.chmod(self.inputs, 0o644)
         return reference.ReferenceData(arrays)
 
+    def _skipped_cells(self) -> list[int]:
+        """The student's own code cells past ``max_cells`` (the release's
+        cells, which carry nbgrader ids, are always run and counted first)."""
+        code = [
+            i
+            for i, c in enumerate(self.nb.cells)
+            if c.cell_type == "code" and str(c.source).strip()
+        ]
+        own = [
+            i
+            for i in code
+            if not self.nb.cells[i]
+            .get("metadata", {})
+            .get("nbgrader", {})
+            .get("grade_id")
+        ]
+        allowed = max(self.max_cells - (len(code) - len(own)), 0)
+        return own[allowed:]
+
     def _run_notebook(self):
         self._start()
         history = []  # setup / solution cells to replay after a restart
         broken = False  # restart before the next cell (not at the end)
+        skipped = set(self._skipped_cells())
+        if skipped:
+            first = min(skipped)
+            self.events.flag(
+                "output-limit",
+                f"the notebook has {len(skipped)} code cells of its own past the "
+                f"limit of {self.max_cells} code cells; from "
+                f"{label(self.nb.cells[first], first)} on they were not run",
+            )
         for index, cell in enumerate(self.nb.cells):
             if cell.cell_type != "code" or not cell.source.strip():
+                continue
+            if index in skipped:  # one note, not one output per cell
+                cell.outputs, cell.execution_count = [], None
+                if index == first:
+                    cell.outputs.append(
+                        error_output(
+                            "OutputLimit",
+                            f"not run: the notebook has more than "
+                            f"{self.max_cells} code cells; the grader ran the "
+                            f"first ones and every test, not the {len(skipped)} "
+                            f"extra cells from here on",
+                        )
+                    )
+                self.status[index] = "not-run"
                 continue
             if broken and self._remaining() > 0:
                 self._restart(history)
@@ -330,8 +459,8 @@ class GuardedExecute(Execute):
         for index in history:
             original = self.nb.cells[index]
             replay = copy.deepcopy(original)
-            self._out_chars = self._ours_chars = 0
-            self._truncated, self._replaying = set(), True
+            self._new_cell_budget()
+            self._replaying = True
             self._begin(index, replay=True)
             try:
                 self.execute_cell(replay, index, store_history=True)
@@ -420,8 +549,7 @@ class GuardedExecute(Execute):
         return "timeout"
 
     def _run_cell(self, cell, index) -> str:
-        self._out_chars = self._ours_chars = 0
-        self._truncated = set()
+        self._new_cell_budget()
         by_deadline = self._remaining() < (self.timeout or 10**9)
         began = monotonic()
         self._begin(index, replay=False)
@@ -630,10 +758,10 @@ class GuardedExecute(Execute):
         entry = self._by_msg.get(parent)
         if entry is None or entry is self._current:
             return
-        kind = msg.get("msg_type")
+        kind = _kind(msg.get("msg_type"))
         ours = _ours_in(msg.get("content"))
         if (kind == "status" or ours) and len(entry["late"]) < 100:
-            entry["late"].append(f"{kind} ({ours})" if ours else str(kind))
+            entry["late"].append(f"{kind} ({ours})" if ours else kind)
 
     async def _async_barrier(self, wait=10.0) -> bool:
         """After the last cell: read what the kernel still sends for earlier
@@ -673,6 +801,12 @@ class GuardedExecute(Execute):
         return super().process_message(msg, cell, cell_index)
 
     def _log(self, entry, kind, content):
+        """Log one message of the running cell. What it keeps is bounded
+        whatever the kernel sends: counters, at most ``MAX_LOGGED`` tags per
+        cell (known message kinds only, any other is "other"), and our
+        reports up to ``MAX_OURS`` per cell and ``MAX_OURS_NOTEBOOK`` per
+        notebook (past either they are counted as ``dropped``: tampering)."""
+        kind = _kind(kind)
         if kind == "stream":
             entry["streams"] += 1
             return
@@ -682,7 +816,7 @@ class GuardedExecute(Execute):
             return
         if kind == "execute_input":
             return
-        if str(kind).startswith("comm"):
+        if kind == "comm":
             entry["comms"] += 1
             return
         mime = _ours_in(content)
@@ -691,20 +825,27 @@ class GuardedExecute(Execute):
             entry["updates"] += 1
             if mime:
                 entry["ours_updates"] += 1
-                tag = f"update ({tag})"
+                tag = (
+                    "update (observation)" if mime == OBSERVATION else "update (report)"
+                )
         elif kind == "clear_output":
             entry["cleared"] += 1
             if entry["observations"]:  # a clear before the result cannot replace it
                 entry["cleared_after_result"] += 1
         if len(entry["order"]) < MAX_LOGGED:
-            entry["order"].append(str(tag))
+            entry["order"].append(tag)
         if kind not in CONTENT:
             return
         position = entry["content"]
         entry["content"] += 1
         if mime and kind in ("display_data", "execute_result"):
-            self._ours_chars += _size(content)
-            if self._ours_chars > MAX_OURS:
+            size = _size(content)
+            self._ours_chars += size
+            if not self._replaying:  # a replay's outputs are not kept
+                self._nb_ours += size
+            if self._ours_chars > MAX_OURS or self._nb_ours > MAX_OURS_NOTEBOOK:
+                self._ours_over = True
+            if self._ours_over:
                 entry["dropped"] += 1
                 return
             key = "observations" if mime == OBSERVATION else "reports"
@@ -725,7 +866,9 @@ class GuardedExecute(Execute):
     def _update_display_id(self, display_id, msg):
         """A display update rewrites earlier outputs (in any cell) in place:
         log which cells it touches, never apply one that carries our reports,
-        and count what it adds against the current cell's output budget."""
+        and count what it adds against the output budgets (the running
+        cell's and the notebook's). Shrinking earns nothing back, so a loop
+        of updates that grow and shrink pays for every growth."""
         targets = {
             c: list(i)
             for c, i in (self._display_id_map.get(display_id) or {}).items()
@@ -748,59 +891,140 @@ class GuardedExecute(Execute):
             growth += sum(
                 new - (_size(outs[i]) if i < len(outs) else 0) for i in positions
             )
-        if growth > self.max_output - self._out_chars:
-            if not self._replaying:
-                cell = self.nb.cells[self._current["cell"]] if self._current else {}
-                where = label(cell, self._current["cell"]) if self._current else "?"
-                self.events.flag(
-                    "output-limit",
-                    f"{where}: a display update of "
-                    f"{new} characters was not applied (more than "
-                    f"{self.max_output} characters of output)",
-                )
+        if growth > self._budget():
+            cell = self.nb.cells[self._current["cell"]] if self._current else {}
+            where = label(cell, self._current["cell"]) if self._current else "?"
+            self._over_budget(
+                where,
+                f"a display update of {new} characters was not applied",
+                f"a display update of {new} characters was not applied (more "
+                f"than {self.max_output} characters of output)",
+            )
             return
-        self._out_chars += max(growth, 0)
+        self._charge(max(growth, 0))
         try:
             super()._update_display_id(display_id, msg)
         except (IndexError, KeyError, TypeError, ValueError):
             self.log.debug("display update not applied", exc_info=True)
 
+    def on_cell_executed(self, **kwargs):
+        """nbgrader adds the reply's error to the cell when no error output
+        with its name was kept: the reply is cut like any error past the
+        budget (a kernel can send megabytes in it), and an execution count
+        that is not a number is dropped."""
+        cell, reply = kwargs.get("cell"), kwargs.get("execute_reply")
+        if cell is not None and not isinstance(cell.get("execution_count"), int):
+            cell["execution_count"] = None
+        content = reply.get("content") if isinstance(reply, dict) else None
+        if isinstance(content, dict) and content.get("status") == "error":
+            content = {**content, **short_error(content)}
+            kwargs["execute_reply"] = {**reply, "content": content}
+        return super().on_cell_executed(**kwargs)
+
     # -- output limits -----------------------------------------------------
-    def output(self, outs, msg, display_id, cell_index):
-        content = msg.get("content", {})
-        kind = msg.get("msg_type")
-        # an empty output still costs: many tiny outputs must hit the cap too
-        size = max(_size(content), MIN_OUTPUT)
-        if _ours_in(content):  # counted in _log (MAX_OURS)
-            return (
-                super().output(outs, msg, display_id, cell_index)
-                if self._ours_chars <= MAX_OURS
-                else None
-            )
-        budget = self.max_output - self._out_chars
-        if size <= budget:
-            self._out_chars += size
-            return super().output(outs, msg, display_id, cell_index)
-        if not self._truncated and not self._replaying:
-            cell = self.nb.cells[cell_index]
+    def _budget(self) -> int:
+        """Characters the running cell may still keep: what is left of its
+        own budget and of the notebook's (a replay's outputs are thrown
+        away: only its own)."""
+        left = self.max_output - self._out_chars
+        if not self._replaying:
+            left = min(left, self.max_notebook_output - self._nb_chars)
+        return left
+
+    def _charge(self, size: int) -> None:
+        self._out_chars += size
+        if not self._replaying:
+            self._nb_chars += size
+
+    def _limit_text(self) -> str:
+        """The limit the running cell has reached: its own or the notebook's."""
+        if self._replaying or (
+            self.max_output - self._out_chars
+            <= self.max_notebook_output - self._nb_chars
+        ):
+            return f"{self.max_output} characters per cell"
+        return f"{self.max_notebook_output} characters per notebook"
+
+    def _over_budget(self, where: str, what: str, in_cell: str) -> None:
+        """Flag output past a budget at ``where``: ``in_cell`` says what the
+        cell's budget stopped (once per cell, see ``output()``); the
+        notebook's budget is flagged once per notebook (``what`` stopped)."""
+        if self._replaying:
+            return
+        if "per notebook" not in self._limit_text():
+            self.events.flag("output-limit", f"{where}: {in_cell}")
+        elif not self._nb_over:
+            self._nb_over = True
             self.events.flag(
                 "output-limit",
-                f"{label(cell, cell_index)}: more than "
-                f"{self.max_output} characters of output; truncated",
+                f"{where}: {what}: the notebook's outputs passed "
+                f"{self.max_notebook_output} characters; from here on each "
+                f"cell keeps a short head of stdout and stderr and one "
+                f"short error, and no display update is applied",
             )
-        if kind == "error":  # errors always count: keep a short traceback
-            content["traceback"] = content.get("traceback", [])[-20:]
-            return super().output(outs, msg, display_id, cell_index)
-        key = content.get("name") if kind == "stream" else kind
-        if key in self._truncated:
-            return None
-        self._truncated.add(key)
-        if kind == "stream":  # keep a head (stderr must still be seen)
-            keep = max(budget, 1000)
-            content["text"] = (
-                content["text"][:keep] + f"\n[... output truncated by "
-                f"the grader: more than {self.max_output} characters]\n"
+
+    def _note_dropped(self, outs) -> None:
+        """One note per cell where outputs were dropped (on stdout: it must
+        not cost points)."""
+        if "note" in self._truncated:
+            return
+        self._truncated.add("note")
+        outs.append(
+            nbformat.v4.new_output(
+                "stream",
+                name="stdout",
+                text=f"[... outputs not kept by the grader: more than "
+                f"{self._limit_text()}]\n",
             )
-            self._out_chars += keep
+        )
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep an output if it fits the cell's and the notebook's budgets
+        (every output costs at least ``MIN_OUTPUT``). Past them a cell keeps
+        one short error, one head of stdout and one of stderr (both cost
+        points when they fail a test), nothing else, and a note."""
+        content = msg.get("content", {})
+        kind = msg.get("msg_type")
+        if _ours_in(content):  # counted in _log (MAX_OURS, MAX_OURS_NOTEBOOK)
+            if self._ours_over:
+                return None
             return super().output(outs, msg, display_id, cell_index)
+        # an empty output still costs: many tiny outputs must hit the cap too
+        size = max(_size(content), MIN_OUTPUT)
+        budget = self._budget()
+        if size <= budget:
+            self._charge(size)
+            return super().output(outs, msg, display_id, cell_index)
+        if not self._truncated:  # the first output past the budget
+            self._over_budget(
+                label(self.nb.cells[cell_index], cell_index),
+                "output truncated",
+                f"more than {self.max_output} characters of output; truncated",
+            )
+        if kind == "error":  # errors always count: one short error per cell
+            if "error" in self._truncated:
+                self._note_dropped(outs)
+                return None
+            self._truncated.add("error")
+            short = short_error(content)
+            content.clear()
+            content.update(short)
+            self._charge(_size(short))
+            return super().output(outs, msg, None, cell_index)
+        if kind == "stream":  # a head of each (stderr must still be seen)
+            name = "stderr" if content.get("name") == "stderr" else "stdout"
+            if name in self._truncated:
+                return None
+            self._truncated.add(name)
+            text = content.get("text")
+            head = text[: max(budget, STREAM_HEAD)] if isinstance(text, str) else ""
+            content.clear()
+            content.update(
+                name=name,
+                text=f"{head}\n[... output truncated by the grader: more than "
+                f"{self._limit_text()}]\n",
+            )
+            self._charge(len(head))
+            return super().output(outs, msg, None, cell_index)
+        self._note_dropped(outs)
         return None
