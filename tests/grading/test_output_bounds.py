@@ -294,6 +294,13 @@ def test_every_output_form_counts(tmp_path):
     # a message kind of megabytes is logged as "other"
     _send(pre, 4, "x" * 1_000_000, {"data": {}})
     assert pre.stream[4]["order"] == ["other"]
+    # nested deeper than the stack: counted all the same
+    from grader.guard import _size
+
+    deep = "x"
+    for _ in range(100_000):
+        deep = {"k": [deep]}
+    assert _size(deep) == 100_000 * (1 + 8) + 1
     # a flood of tiny streams
     for _ in range(5_000):
         _send(pre, 5, "stream", {"name": "stdout", "text": "f\n"})
