@@ -1,7 +1,7 @@
 """How much a CPU hog graded beside them slows honest submissions.
 
     python bench/cpu_fairness.py [--out _build/bench/cpu_fairness.json]
-        [--honest 3] [--hog-seconds 90] [--scenarios alone,pty-hog,...]
+        [--honest 6] [--hog-seconds 90] [--scenarios alone,pty-hog,...]
 
 Writes the JSON report and a markdown table beside it (same name, ``.md``).
 Each scenario grades a fresh copy of the course with ``--honest`` students who
@@ -13,6 +13,8 @@ one after the other beside it. The figure is each honest submission's
 execute time (kernel start, cells, checks, kernel stop, from its grading
 log) and the ratio of their mean to the mean alone:
 
+* ``two-workers``: the honest students only, two at a time (the second
+  worker's share of a small machine, no hog);
 * ``pty-hog``: the observed attack, ``os.forkpty`` ``--hog-forks`` children
   spinning in sessions of their own for ``--hog-seconds`` s, with the
   default limits (cgroup CPU quota or the watchdog's governor, the process
@@ -84,6 +86,7 @@ for pid in children:
 SCENARIOS = {
     # name: (hog kind or None, nbgrader config lines, workers)
     "alone": (None, [], 1),
+    "two-workers": (None, [], 2),
     "pty-hog": ("pty", [], 2),
     "pty-hog-unlimited": (
         "pty",
@@ -165,6 +168,7 @@ def scenario(name: str, args, work: Path) -> dict:
 
 def table(report: dict) -> str:
     alone = report["scenarios"].get("alone", {}).get("honest_mean_seconds")
+    pairs = report["scenarios"].get("two-workers", {}).get("honest_mean_seconds")
     rows = []
     for name, data in report["scenarios"].items():
         mean = data["honest_mean_seconds"]
@@ -174,6 +178,7 @@ def table(report: dict) -> str:
                 name,
                 f"{mean:.1f}",
                 f"{mean / alone:.2f}x" if alone else "",
+                f"{mean / pairs:.2f}x" if pairs else "",
                 f"{data['honest_max_kernel_start']:.1f}",
                 " ".join(
                     sorted({f for s, d in data["students"].items() for f in d["flags"]})
@@ -197,19 +202,20 @@ def table(report: dict) -> str:
             "scenario",
             "honest execute (mean, s)",
             "vs alone",
+            "vs two workers, no hog",
             "slowest honest kernel start (s)",
             "hog flags (alone: all flags)",
             "run (s)",
         ],
         rows,
-        align="lrrrll",
+        align="lrrrrll",
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="_build/bench/cpu_fairness.json")
-    parser.add_argument("--honest", type=int, default=3)
+    parser.add_argument("--honest", type=int, default=6)
     parser.add_argument("--hog-seconds", type=int, default=90)
     parser.add_argument("--hog-forks", type=int, default=100)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -247,12 +253,13 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    alone = report["scenarios"].get("alone", {}).get("honest_mean_seconds")
-    report["ratios"] = {
-        name: round(data["honest_mean_seconds"] / alone, 2)
-        for name, data in report["scenarios"].items()
-        if alone and name != "alone"
-    }
+    for base in ("alone", "two-workers"):
+        mean = report["scenarios"].get(base, {}).get("honest_mean_seconds")
+        report[f"ratios_vs_{base}"] = {
+            name: round(data["honest_mean_seconds"] / mean, 2)
+            for name, data in report["scenarios"].items()
+            if mean and name != base
+        }
     report["seconds"] = round(time.monotonic() - began)
     measure.write_report(Path(args.out), report, table(report))
 

@@ -1220,10 +1220,34 @@ class Cgroup:
                     made.append(folder)
                     for file, value in files(cores, tasks):
                         (folder / file).write_text(value)
-                return cls(version, made)
+                group = cls(version, made)
+                if group.can_enter():
+                    return group
+                group.remove()
             except OSError:
                 cls(version, made).remove()
         return None
+
+    _enters: dict = {}  # hierarchy -> whether a process could enter a new group
+
+    def can_enter(self) -> bool:
+        """Whether a process can move itself into this group, as the sandbox's
+        first process will (tried once per process and hierarchy: a
+        container may let root make groups but not enter them). A failure
+        here means no cgroup, not a kernel that cannot start."""
+        where = str(self.folders[0].parent.parent)
+        if where not in Cgroup._enters:
+            try:
+                probe = subprocess.run(
+                    ["/bin/sh", "-c", ENTER, "probe", str(len(self.folders))]
+                    + [*self.procs_files(), "-", "true"],
+                    capture_output=True,
+                    timeout=10,
+                )
+                Cgroup._enters[where] = probe.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                Cgroup._enters[where] = False
+        return Cgroup._enters[where]
 
     @staticmethod
     def _hierarchies(root: Path, own: dict):
