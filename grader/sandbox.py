@@ -1157,7 +1157,12 @@ class Watchdog(threading.Thread):
 # -- CPU share and process cap: a cgroup per sandbox, else the watchdog -------
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PERIOD = 100_000  # microseconds: the CFS period of the CPU quota
-CGROUP_PARENT = "attn-grader"  # the grader's groups, under its own
+# A sandbox's group is made directly in the grader's own cgroup (v1) or at the
+# hierarchy's root (v2), beside the processes there: the CPU scheduler weighs
+# each sandbox like one process (cpu.shares / cpu.weight), however many
+# processes it runs; under a common parent all the sandboxes together would
+# weigh as one process.
+CGROUP_PREFIX = "attn-sandbox-"
 # A shell that moves itself into the cgroup(s) named by its arguments, opens
 # the seccomp filter (or "-") on USERNS_FILTER_FD and becomes the command: a
 # process started by jupyter_client, which has no hook to run after fork.
@@ -1203,19 +1208,17 @@ class Cgroup:
     def create(cls, cores: float, tasks: int, root: Path = CGROUP_ROOT):
         """A new group with these limits, or None where none can be made
         (no root, /sys/fs/cgroup read-only, no cpu controller)."""
-        name = f"{CGROUP_PARENT}/{os.getpid()}-{secrets.token_hex(6)}"
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         own = _own_cgroups()
         for version, places in cls._hierarchies(root, own):
             made = []
             try:
                 for base, files in places:
                     folder = base / name
-                    if version == 2:  # the controllers, down to the new group
-                        folder.parent.mkdir(exist_ok=True)
-                        for parent in (base, folder.parent):
-                            control = parent / "cgroup.subtree_control"
-                            if "cpu" not in control.read_text().split():
-                                control.write_text("+cpu +pids")
+                    if version == 2:  # the controllers, for the new group
+                        control = base / "cgroup.subtree_control"
+                        if "cpu" not in control.read_text().split():
+                            control.write_text("+cpu +pids")
                     folder.mkdir(parents=True)
                     made.append(folder)
                     for file, value in files(cores, tasks):
@@ -1235,7 +1238,7 @@ class Cgroup:
         first process will (tried once per process and hierarchy: a
         container may let root make groups but not enter them). A failure
         here means no cgroup, not a kernel that cannot start."""
-        where = str(self.folders[0].parent.parent)
+        where = str(self.folders[0].parent)
         if where not in Cgroup._enters:
             try:
                 probe = subprocess.run(
