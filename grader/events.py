@@ -34,9 +34,11 @@ FLAGS = {
     "duplicated; the originals were graded",
     "suspicious": "the code uses things tests never need (exits, ctypes, "
     "sockets, grader files, ...); for review, no effect on the score",
-    "link": "a symbolic link, mount point or special file was submitted; it was "
-    "never opened or followed (as the notebook or folder: not graded)",
-    "too-large": "the notebook is larger than the grader reads; not graded",
+    "link": "a symbolic link, mount point, special file or second name (hard "
+    "link) of another account's file was submitted; it was never opened or "
+    "followed (as the notebook or folder: not graded)",
+    "too-large": "the notebook, a file, or the submission folder (size, "
+    "entries, depth) is larger than the grader reads; not graded",
     "library-call": "the solution calls the course library's implementation or a "
     "built-in attention layer the exercise asks you to write; for "
     "review, no effect on the score",
@@ -50,8 +52,10 @@ FLAGS = {
     "together)",
     "disk": "the kernel wrote files where only sockets belong, or flooded its "
     "folders with files; it was killed",
-    "runaway": "processes or threads were left running; they were killed",
-    "output-limit": "a cell printed too much; the output was truncated",
+    "runaway": "too many processes at once, or processes or threads left "
+    "running; they were killed",
+    "output-limit": "a cell or the notebook printed too much (or had too many "
+    "cells); the output was truncated",
     "syntax-error": "a cell has a syntax error",
     "unsandboxed": "graded WITHOUT the sandbox (--no-sandbox)",
     "grader-error": "the grader failed on this submission (see the log)",

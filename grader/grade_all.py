@@ -6,7 +6,8 @@
         [ASSIGNMENT ...]
 
 Put submissions in ``submitted/<student>/<assignment>/<assignment>.ipynb`` (or
-collect them with ``nbgrader collect`` / ``nbgrader zip_collect``), then run
+collect them from the exchange with ``python -m grader collect``, which plain
+``nbgrader collect`` also runs; ``nbgrader zip_collect`` for uploads), then run
 this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 
 0. refuse to start while another run grades this course folder (a lock in

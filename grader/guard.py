@@ -26,9 +26,9 @@
   our own reports are bounded per cell (``MAX_OURS``) and per notebook
   (``MAX_OURS_NOTEBOOK``);
 * takes over the verdicts of the sandbox's watchdog (``grader.sandbox``):
-  a kernel whose processes together use too much memory, or that fills its
-  socket folder or floods its tmpfs'es with files, is killed and flagged
-  (``memory``, ``disk``).
+  a kernel whose processes together use too much memory, that runs too many
+  processes at once, or that fills its socket folder or floods its tmpfs'es
+  with files, is killed and flagged (``memory``, ``runaway``, ``disk``).
 
 It also keeps its own log of the message stream per executed cell
 (``resources["attncourse"]["stream"]``): the order of the kernel's messages,
@@ -692,9 +692,9 @@ class GuardedExecute(Execute):
 
     def _watchdog_killed(self) -> bool:
         """True if the sandbox's watchdog (``grader.sandbox.Watchdog``: memory of
-        all the kernel's processes, files in its tmpfs'es) killed the kernel;
-        the first time, its reason becomes the kernel's death reason and its
-        flag (``memory``, ``disk``) is raised."""
+        all the kernel's processes, their number, files in its tmpfs'es) killed
+        the kernel; the first time, its reason becomes the kernel's death reason
+        and its flag (``memory``, ``runaway``, ``disk``) is raised."""
         found = self.km.killed if self.km is not None else None
         if found and self._kill_reason is None:
             flag, reason = found
