@@ -19,8 +19,10 @@ log) and the ratio of their mean to the mean alone:
   spinning in sessions of their own for ``--hog-seconds`` s, with the
   default limits (cgroup CPU quota or the watchdog's governor, the process
   cap: the hog is killed and flagged ``runaway``);
-* ``pty-hog-unlimited``: the same without a CPU share or process cap
-  (``cpu_cores = 0``, ``sandbox_processes = 0``): what the attack did before;
+* ``pty-hog-unlimited``: the same without a cgroup, CPU share or process
+  cap (``use_cgroups = False``, ``cpu_cores = 0``, ``sandbox_processes = 0``):
+  what the attack did before (a cgroup even without a quota already weighs the
+  hog's hundred processes like one);
 * ``spinners``: six setsid'd spinners, under the process cap, for
   ``--hog-seconds`` s: held to one core by the cgroup quota;
 * ``spinners-watchdog``: the same with ``use_cgroups = False``: held by the
@@ -93,6 +95,7 @@ SCENARIOS = {
         [
             "c.SandboxedKernelManager.cpu_cores = 0",
             "c.SandboxedKernelManager.sandbox_processes = 0",
+            "c.SandboxedKernelManager.use_cgroups = False",
         ],
         2,
     ),
