@@ -28,17 +28,47 @@ name (its owner check only logs a warning). Here, per inbound folder:
   A folder made by another account is refused: it never touches the named
   student's submission, and it is flagged ``impersonation`` on the account
   that made it (when that account is a student).
-* **Nothing is lost.** Every folder's regular files are copied, bounded
-  (``MAX_FILE_BYTES`` per file, ``MAX_FOLDER_BYTES``, ``staging.MAX_ENTRIES``
-  entries, ``staging.MAX_TREE_DEPTH`` levels), to
-  ``<state>/collected/<assignment>/<folder>/``; the latest one whose owner is
-  the student (by the timestamp in its name) becomes
-  ``submitted/<student>/<assignment>/`` with nbgrader's ``timestamp.txt``; a
-  submitted folder that came from elsewhere (put there by hand) is moved to
-  ``<state>/collected/<assignment>/replaced/`` first. What was collected,
-  kept or refused and why is in ``<state>/collected/<assignment>/collect.json``
-  and in each student's grading log (phase ``collect``), which the grading
-  report shows.
+* **Every genuine submission is kept, within bounds.** Each folder whose
+  owner is the student is copied, regular files only, to
+  ``<state>/collected/<assignment>/<folder>/``; the latest one (by the
+  timestamp in its name) that could be copied becomes
+  ``submitted/<student>/<assignment>/`` with nbgrader's ``timestamp.txt``
+  (written by the grader: a ``timestamp.txt`` of the student's is not
+  copied there); a submitted folder that came from elsewhere (put there by
+  hand) is moved to ``<state>/collected/<assignment>/replaced/`` first. A
+  refused folder is recorded, never copied. What was collected, kept or
+  refused and why is in ``<state>/collected/<assignment>/collect.json`` and
+  in each student's grading log (phase ``collect``), which the grading report
+  shows. One folder or student that cannot be collected (a name that is not
+  UTF-8, an error while copying) is refused with its reason; the rest of the
+  class is collected.
+* **Timestamps are nbgrader's.** The timestamp in a folder's name must be in
+  nbgrader's ``Exchange.timestamp_format`` (``%Y-%m-%d %H:%M:%S.%f %Z``,
+  e.g. ``2026-12-05 10:00:00.000000 UTC``); anything else is refused. What
+  the instructor sees (``describe``) is escaped: a name cannot move the
+  cursor, ring the bell or forge a line.
+
+**Limits** (what collecting one run may cost the grader's disk; an honest
+student, whose notebook is under 1 MB and who submits a few dozen times, never
+reaches them; the files a student makes in the exchange are on their own
+quota, so the copies are bounded by what they cost there):
+
+* ``MAX_FILE_BYTES`` (32 MiB) per file, ``MAX_FOLDER_BYTES`` (128 MiB) per
+  folder, ``staging.MAX_ENTRIES`` (2 000) files and folders per folder,
+  ``staging.MAX_TREE_DEPTH`` (12) levels: the rest not copied, ``too-large``.
+* A sparse file (a hole: fewer bytes allocated than its size, which
+  ``truncate -s`` makes for free) is not copied, ``too-large``; a second name
+  of a file already copied for the same account in this run is not copied
+  again (nbgrader's submit copies, so honest folders never share a file).
+* ``MAX_SUBMISSIONS`` (100) folders per student and assignment: the latest
+  100 by their timestamps are copied, the others refused as "too many
+  submissions", recorded and not copied.
+* ``MAX_OWNER_BYTES`` (1 GiB) and ``MAX_OWNER_ENTRIES`` (20 000) per account
+  and run, over all its folders, latest first: what is past them is not
+  copied (``too-large``; a folder reached when they are spent is refused).
+  ``submitted/`` holds one more copy of one folder per student and
+  assignment. Every run copies again, replacing the archived copies of
+  folders still in the exchange.
 
 ``submitted/`` then goes to staging (``grader.staging``) unchanged.
 
@@ -77,14 +107,35 @@ TIMESTAMP = staging.TIMESTAMP
 MAX_FILE_BYTES = staging.MAX_NOTEBOOK_BYTES  # one file
 MAX_FOLDER_BYTES = 128 * 1024 * 1024  # one submission folder
 MAX_FEEDBACK_BYTES = 64 * 1024 * 1024  # one feedback page
+MAX_SUBMISSIONS = 100  # folders collected per student and assignment, latest
+MAX_OWNER_BYTES = 1024 * 1024 * 1024  # copied per account and run
+MAX_OWNER_ENTRIES = 20_000  # files and folders copied per account and run
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 # a student id or assignment name usable as one path component
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,127}$")
+# nbgrader's Exchange.timestamp_format, "%Y-%m-%d %H:%M:%S.%f %Z": %Z is a
+# zone's abbreviation ("UTC", "CET") or, for zones without one, "+03"/"-0330"
+_STAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6} "
+    r"(?:[A-Za-z]{1,6}|[+-][0-9]{2}(?:[0-9]{2})?)"
+)
 
 
 class CollectError(RuntimeError):
     """The exchange cannot be collected at all (no inbound folder, ...)."""
+
+
+@dataclass
+class Budget:
+    """What one account's folders have cost so far in this run."""
+
+    bytes: int = 0
+    entries: int = 0
+    seen: set = field(default_factory=set)  # (st_dev, st_ino) of linked files
+
+    def spent(self) -> bool:
+        return self.bytes >= MAX_OWNER_BYTES or self.entries >= MAX_OWNER_ENTRIES
 
 
 @dataclass
@@ -158,7 +209,10 @@ def parse_folder(name: str):
 
 
 def parse_time(text: str):
-    """The UTC time of an nbgrader timestamp (None if it is not one)."""
+    """The UTC time of an nbgrader timestamp, in nbgrader's exact format
+    (``_STAMP``); None if it is not one."""
+    if not isinstance(text, str) or not _STAMP.fullmatch(text):
+        return None
     try:
         return parse_utc(text)
     except Exception:  # noqa: BLE001  (dateutil raises many kinds)
@@ -204,9 +258,29 @@ def _refusal(st, owner: int, device: int) -> tuple[str, str] | None:
     return None
 
 
+class Sparse(OSError):
+    """A file with holes: its size is not what it costs in the exchange."""
+
+
+def _sparse(fd: int, st) -> bool:
+    """Whether the open file ``fd`` (fstat ``st``) has a hole: SEEK_HOLE
+    finds one before its end, or (a file system without SEEK_HOLE) far fewer
+    bytes are allocated than its size. Allocated blocks alone would refuse
+    honest files on compressing file systems (ZFS, btrfs), holes never."""
+    if st.st_size == 0:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size
+    except OSError:
+        return st.st_size > (1 << 20) and st.st_blocks * 512 < st.st_size // 2
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+
+
 def _copy_file(fd: int, name: str, lst, dest: Path, limit: int) -> int:
     """Copy the regular file ``name`` under ``fd`` (lstat ``lst``) to ``dest``;
-    returns its size. Raises OSError when it changed since the lstat."""
+    returns its size. Raises OSError when it changed since the lstat, Sparse
+    when it has holes, staging.TooLarge past ``limit`` bytes."""
     src = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=fd)
     try:
         st = os.fstat(src)
@@ -216,6 +290,12 @@ def _copy_file(fd: int, name: str, lst, dest: Path, limit: int) -> int:
             or st.st_uid != lst.st_uid
         ):
             raise OSError(errno.EAGAIN, "it was replaced while it was read")
+        if _sparse(src, st):
+            raise Sparse(
+                errno.EFBIG,
+                f"a sparse file: {st.st_size} bytes, {st.st_blocks * 512} "
+                "of them on disk",
+            )
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
         size = 0
         try:
@@ -231,9 +311,14 @@ def _copy_file(fd: int, name: str, lst, dest: Path, limit: int) -> int:
         os.close(src)
 
 
-def copy_folder(fd: int, owner: int, dest: Path, sub: Submission) -> None:
+def copy_folder(
+    fd: int, owner: int, dest: Path, sub: Submission, budget: Budget | None = None
+) -> None:
     """Copy the regular files under the folder open as ``fd`` (owned by
-    ``owner``) to ``dest`` (created); what is refused goes into ``sub.flags``."""
+    ``owner``) to ``dest`` (created); what is refused goes into ``sub.flags``.
+    ``budget``: what the account's folders copied so far in this run cost
+    (``MAX_OWNER_BYTES``, ``MAX_OWNER_ENTRIES``; counted on)."""
+    budget = budget if budget is not None else Budget()
     device = os.fstat(fd).st_dev
     dest.mkdir(mode=0o700)
     total, entries = 0, 0
@@ -257,6 +342,14 @@ def copy_folder(fd: int, owner: int, dest: Path, sub: Submission) -> None:
                         "too-large",
                         f"more than {staging.MAX_ENTRIES} files; the rest "
                         "was not collected",
+                    )
+                    break
+                if budget.entries >= MAX_OWNER_ENTRIES:
+                    sub.flag(
+                        "too-large",
+                        f"this account's submissions hold more than "
+                        f"{MAX_OWNER_ENTRIES} files together; the rest was "
+                        "not collected",
                     )
                     break
                 try:
@@ -286,7 +379,14 @@ def copy_folder(fd: int, owner: int, dest: Path, sub: Submission) -> None:
                         sub.flag("link", f"{shown}/ became a link; not followed")
                         continue
                     (out / name).mkdir(mode=0o700)
+                    budget.entries += 1
                     todo.append((rel, child, out / name))
+                    continue
+                if st.st_nlink > 1 and (st.st_dev, st.st_ino) in budget.seen:
+                    sub.notes.append(
+                        f"{shown} is a second name of a file already collected "
+                        "from this account; not copied again"
+                    )
                     continue
                 if st.st_size > MAX_FILE_BYTES:
                     sub.flag(
@@ -302,16 +402,39 @@ def copy_folder(fd: int, owner: int, dest: Path, sub: Submission) -> None:
                         f"{MAX_FOLDER_BYTES} bytes; not collected",
                     )
                     continue
+                if budget.bytes + st.st_size > MAX_OWNER_BYTES:
+                    sub.flag(
+                        "too-large",
+                        f"{shown}: this account's submissions hold more than "
+                        f"{MAX_OWNER_BYTES} bytes together; not collected",
+                    )
+                    continue
+                limit = min(
+                    MAX_FILE_BYTES,
+                    MAX_FOLDER_BYTES - total,
+                    MAX_OWNER_BYTES - budget.bytes,
+                )
                 try:
-                    total += _copy_file(dir_fd, name, st, out / name, MAX_FILE_BYTES)
+                    size = _copy_file(dir_fd, name, st, out / name, limit)
+                except Sparse as exc:
+                    (out / name).unlink(missing_ok=True)
+                    sub.flag("too-large", f"{shown} is {exc.strerror}; not collected")
+                    continue
                 except OSError as exc:
                     (out / name).unlink(missing_ok=True)
                     why = f"{shown} could not be copied ({exc.strerror or exc})"
                     if exc.errno in (errno.ELOOP, errno.EAGAIN, errno.ENOTDIR):
                         sub.flag("link", f"{why}: it changed into something else")
+                    elif isinstance(exc, staging.TooLarge):
+                        sub.flag("too-large", f"{why}; not collected")
                     else:
                         sub.notes.append(f"{why}; not collected")
                     continue
+                total += size
+                budget.bytes += size
+                budget.entries += 1
+                if st.st_nlink > 1:
+                    budget.seen.add((st.st_dev, st.st_ino))
                 sub.files.append("/".join(rel))
         finally:
             os.close(dir_fd)
@@ -389,20 +512,43 @@ def collect(
         with os.scandir(in_fd) as it:
             names = sorted(e.name for e in it)
         for name in names:
-            sub = _look(in_fd, name, wanted, students, uid_of, name_of)
+            try:
+                sub = _look(in_fd, name, wanted, students, uid_of, name_of)
+            except Exception as exc:  # noqa: BLE001  (one folder never stops all)
+                sub = _failed(name, wanted, students, exc)
             if sub is not None:
                 found.append(sub)
         by_assignment: dict[str, list[Submission]] = {}
         for sub in found:
             if sub.status != "ignored":
                 by_assignment.setdefault(sub.assignment, []).append(sub)
+        budgets: dict[int, Budget] = {}  # per account, over the assignments
         for assignment, subs in sorted(by_assignment.items()):
             _collect_assignment(
-                in_fd, root / submitted, state, assignment, subs, name_of, say
+                in_fd, root / submitted, state, assignment, subs, name_of, say, budgets
             )
     finally:
         os.close(in_fd)
     return [s for s in found if s.status != "ignored"]
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as a reason, escaped."""
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return staging.shown(f"{type(exc).__name__}: {text}", 300)
+
+
+def _failed(name, wanted, students, exc) -> Submission | None:
+    """The record of an inbound entry that could not even be looked at."""
+    parsed = parse_folder(name)
+    if parsed is None or parsed[1] not in wanted:
+        return None
+    if students is not None and parsed[0] not in students:
+        return None
+    sub = Submission(name, staging.shown(name), *parsed)
+    sub.status = "refused"
+    sub.reason = f"the grader could not look at it ({_why(exc)})"
+    return sub
 
 
 def _look(in_fd, name, wanted, students, uid_of, name_of) -> Submission | None:
@@ -423,10 +569,18 @@ def _look(in_fd, name, wanted, students, uid_of, name_of) -> Submission | None:
     sub.owner = st.st_uid
     sub.owner_name = name_of(st.st_uid)
     sub.status = "refused"
+    try:
+        name.encode()
+    except UnicodeEncodeError:  # undecodable bytes (os.fsdecode's surrogates)
+        sub.reason = "the folder's name is not valid UTF-8 (nbgrader never makes one)"
+        return sub
     if not _safe(student):
         sub.reason = f"{staging.shown(student)!s} is not a student id"
     elif parse_time(stamp) is None:
-        sub.reason = f"{staging.shown(stamp)} is not an nbgrader timestamp"
+        sub.reason = (
+            f"{staging.shown(stamp)} is not an nbgrader timestamp (its format "
+            "is %Y-%m-%d %H:%M:%S.%f %Z, e.g. 2026-12-05 10:00:00.000000 UTC)"
+        )
     elif stat.S_ISLNK(st.st_mode):
         sub.reason = "the submission folder is a symbolic link"
         sub.flag("link", f"{shown} is a symbolic link; never followed")
@@ -453,47 +607,101 @@ def _look(in_fd, name, wanted, students, uid_of, name_of) -> Submission | None:
     return sub
 
 
-def _collect_assignment(in_fd, submitted, state, assignment, subs, name_of, say):
+def _collect_assignment(
+    in_fd, submitted, state, assignment, subs, name_of, say, budgets
+) -> None:
     archive = state / ARCHIVE / assignment
     archive.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
-    for sub in subs:  # a copy of every readable folder, refused ones too
-        name = sub.name
-        if sub.status == "refused" and "link" in sub.flags:
-            continue  # the folder is a link or not a folder: nothing to copy
-        try:
-            fd = os.open(name, _DIR, dir_fd=in_fd)
-        except OSError as exc:
-            sub.status, sub.reason = "refused", f"cannot open it ({exc.strerror})"
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                sub.flag("link", f"{sub.folder} became a link; never followed")
-            continue
-        try:
-            if os.fstat(fd).st_uid != sub.owner:
-                sub.status, sub.reason = "refused", "replaced while it was read"
-                continue
-            tmp = archive / f".collecting-{secrets.token_hex(6)}"
-            copy_folder(fd, sub.owner, tmp, sub)
-        finally:
-            os.close(fd)
-        kept = archive / _events._file_name(name)
-        _replace(tmp, kept, None)
+    for old in archive.glob(".collecting-*"):  # left by a run that was killed
+        shutil.rmtree(old, ignore_errors=True)
     genuine: dict[str, list[Submission]] = {}
-    for sub in subs:
+    for sub in subs:  # refused folders are recorded, never copied
         if sub.status == "genuine":
             genuine.setdefault(sub.student, []).append(sub)
-    for student, mine in sorted(genuine.items()):
-        mine.sort(key=lambda s: (parse_time(s.timestamp), s.folder))
-        latest = mine[-1]
-        for sub in mine[:-1]:
-            sub.status = "earlier"
-        latest.status = "submitted"
-        _submit(submitted, archive, student, assignment, latest, mine)
+    for _student, mine in sorted(genuine.items(), key=lambda kv: kv[0]):
+        try:
+            _collect_student(in_fd, submitted, archive, assignment, mine, budgets)
+        except Exception as exc:  # noqa: BLE001  (one student never stops all)
+            for sub in mine:
+                if sub.status in ("genuine", "submitted"):
+                    sub.status = "refused"
+                    sub.reason = f"the grader could not collect it ({_why(exc)})"
+                    sub.flag("grader-error", sub.reason)
     _record(state, archive, assignment, subs, name_of, say)
 
 
+def _collect_student(in_fd, submitted, archive, assignment, mine, budgets) -> None:
+    """One student's genuine folders of ``assignment``, latest first: the
+    latest ``MAX_SUBMISSIONS`` archived within the account's budget, the
+    latest archived one submitted."""
+    mine.sort(key=lambda s: (parse_time(s.timestamp), s.folder), reverse=True)
+    budget = budgets.setdefault(mine[0].owner, Budget())
+    for n, sub in enumerate(mine):
+        if n >= MAX_SUBMISSIONS:
+            sub.status = "refused"
+            sub.reason = (
+                f"too many submissions: only the latest {MAX_SUBMISSIONS} of "
+                "an assignment are collected; recorded, not copied"
+            )
+        elif budget.spent():
+            sub.status = "refused"
+            sub.reason = (
+                f"this account's submissions already hold {MAX_OWNER_BYTES} "
+                f"bytes or {MAX_OWNER_ENTRIES} files in this run; recorded, "
+                "not copied"
+            )
+        else:
+            try:
+                _archive(in_fd, archive, sub, budget)
+            except Exception as exc:  # noqa: BLE001  (one folder never stops all)
+                sub.status = "refused"
+                sub.reason = f"the grader could not copy it ({_why(exc)})"
+                sub.flag("grader-error", sub.reason)
+    chosen = None
+    for sub in mine:
+        if sub.status != "genuine":
+            continue
+        if chosen is not None:
+            sub.status = "earlier"
+            continue
+        try:
+            _submit(submitted, archive, sub.student, assignment, sub, mine)
+        except Exception as exc:  # noqa: BLE001
+            sub.status = "refused"
+            sub.reason = f"the grader could not submit it ({_why(exc)})"
+            sub.flag("grader-error", sub.reason)
+            continue
+        sub.status = "submitted"
+        chosen = sub
+
+
+def _archive(in_fd, archive, sub, budget) -> None:
+    """Copy the genuine folder ``sub`` to ``archive``; refuses it (status,
+    reason) when it cannot be opened or changed owner."""
+    try:
+        fd = os.open(sub.name, _DIR, dir_fd=in_fd)
+    except OSError as exc:
+        sub.status, sub.reason = "refused", f"cannot open it ({exc.strerror})"
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            sub.flag("link", f"{sub.folder} became a link; never followed")
+        return
+    tmp = archive / f".collecting-{secrets.token_hex(6)}"
+    try:
+        if os.fstat(fd).st_uid != sub.owner:
+            sub.status, sub.reason = "refused", "replaced while it was read"
+            return
+        copy_folder(fd, sub.owner, tmp, sub, budget)
+        _replace(tmp, archive / _events._file_name(sub.name), None)
+    finally:
+        os.close(fd)
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _submit(submitted, archive, student, assignment, latest, mine) -> None:
-    """``submitted/<student>/<assignment>/`` := the archived copy of ``latest``."""
+    """``submitted/<student>/<assignment>/`` := the archived copy of ``latest``,
+    with the grader's ``timestamp.txt`` (not the student's)."""
     final = submitted / student / assignment
     stamps = {s.timestamp for s in mine}
     aside = None
@@ -501,11 +709,31 @@ def _submit(submitted, archive, student, assignment, latest, mine) -> None:
         old = _read_small(final / TIMESTAMP).strip()
         if old not in stamps:  # not from the exchange: keep it
             aside = archive / "replaced" / f"{student}+{secrets.token_hex(4)}"
-    tmp = final.parent / f".{assignment}.collecting-{secrets.token_hex(6)}"
     final.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(archive / _events._file_name(latest.name), tmp, symlinks=True)
-    (tmp / TIMESTAMP).write_text(latest.timestamp)
-    _replace(tmp, final, aside)
+    for old in final.parent.glob(f".{assignment}.collecting-*"):  # a killed run's
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = final.parent / f".{assignment}.collecting-{secrets.token_hex(6)}"
+    source = archive / _events._file_name(latest.name)
+    try:
+        shutil.copytree(
+            source,
+            tmp,
+            symlinks=True,
+            ignore=lambda where, names: (
+                [TIMESTAMP] if Path(where) == source and TIMESTAMP in names else []
+            ),
+        )
+        out = os.open(
+            tmp / TIMESTAMP, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600
+        )
+        try:
+            os.write(out, latest.timestamp.encode())
+        finally:
+            os.close(out)
+        _replace(tmp, final, aside)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _record(state, archive, assignment, subs, name_of, say) -> None:
@@ -524,7 +752,7 @@ def _record(state, archive, assignment, subs, name_of, say) -> None:
                 prefix = (
                     ""
                     if sub.status == "submitted"
-                    else (f"an earlier submission ({sub.timestamp}): ")
+                    else (f"an earlier submission ({_plain(sub.timestamp)}): ")
                 )
                 ev.setdefault(flag, []).extend(prefix + n for n in notes)
         for uid, what in sub.foreign:
@@ -554,17 +782,24 @@ def _record(state, archive, assignment, subs, name_of, say) -> None:
             _events.Events(state, assignment, sub.student, "collect").save()
 
 
+def _plain(text, limit: int = 2000) -> str:
+    """``text`` for a terminal: control characters (ESC, BEL, CR, newline)
+    and undecodable bytes escaped (``staging.shown``)."""
+    return staging.shown(str(text), limit)
+
+
 def describe(sub: Submission) -> str:
-    """One line for the instructor: what became of an inbound folder."""
-    head = f"{sub.status:9} {staging.shown(sub.student)}/{sub.assignment}"
-    owner = sub.owner_name or sub.owner
-    text = f"{head} ({sub.timestamp}, owner {owner})"
+    """One line for the instructor: what became of an inbound folder (each
+    part escaped; only the line breaks between notes are the grader's)."""
+    head = f"{sub.status:9} {_plain(sub.student)}/{_plain(sub.assignment)}"
+    owner = _plain(sub.owner_name or sub.owner)
+    text = f"{head} ({_plain(sub.timestamp)}, owner {owner})"
     if sub.reason:
-        text += f": refused, {sub.reason}"
+        text += f": refused, {_plain(sub.reason)}"
     for flag, notes in sub.flags.items():
-        text += f"\n          [{flag}] " + "; ".join(notes)
+        text += f"\n          [{_plain(flag)}] " + "; ".join(map(_plain, notes))
     for note in sub.notes:
-        text += f"\n          {note}"
+        text += f"\n          {_plain(note)}"
     return text
 
 

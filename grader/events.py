@@ -73,11 +73,13 @@ _SAFE = re.compile(r"[^A-Za-z0-9._@+-]")
 
 def _file_name(text: str) -> str:
     """``text`` as a file name: itself when safe, else its safe characters and
-    a hash of the whole (``x y`` and ``x_y`` must not share a log)."""
+    a hash of the whole (``x y`` and ``x_y`` must not share a log). A name
+    with undecodable bytes (os.fsdecode's lone surrogates) hashes too."""
     safe = _SAFE.sub("_", text)
     if safe == text and safe not in ("", ".", ".."):
         return safe
-    return f"{safe[:64]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    raw = text.encode("utf-8", "surrogatepass")
+    return f"{safe[:64]}-{hashlib.sha256(raw).hexdigest()[:12]}"
 
 
 def path(state_dir, assignment: str, student: str) -> Path:

@@ -24,6 +24,7 @@ import pytest
 from support.ci import skip_or_fail
 from support.grading import ROOT, environment
 
+from grader import collect as collect_mod
 from grader import events
 
 A = "addressing"
@@ -215,7 +216,7 @@ def test_links_fifos_and_foreign_names_are_refused_honest_students_kept(course):
     assert rows[eve.name]["status"] == "refused"
     archive = root / ".grading" / "collected" / A
     kept = {p.name for p in archive.iterdir() if p.is_dir()}
-    assert len(kept) == 5  # a1, a2, b1, m, the forged one (eve: a link)
+    assert len(kept) == 4  # a1, a2, b1, m (refused ones are recorded only)
     assert (archive / events._file_name(a1.name) / f"{A}.ipynb").read_text() == (
         a1 / f"{A}.ipynb"
     ).read_text()
@@ -354,3 +355,234 @@ def test_release_feedback_releases_only_what_the_grader_wrote(course):
     secret = (pages["alice"] / "submission_secret.txt").read_text()
     name = f"{notebook_hash(secret=secret, notebook_id=A)}.html"
     assert (exchange / COURSE / "feedback" / name).read_text().endswith("alice</p>")
+
+
+# ------------------------------------------------ hostile folders (review)
+def collect_here(root: Path, inbound: Path) -> tuple[list, list[str]]:
+    """grader.collect in this process (monkeypatched limits apply), with
+    UIDS as the uid map; (the submissions, the lines shown)."""
+    names = {uid: who for who, uid in UIDS.items()}
+    lines: list[str] = []
+    subs = collect_mod.collect(
+        root,
+        inbound,
+        [A],
+        uid_of=UIDS.get,
+        name_of=lambda uid: names.get(uid, ""),
+        log=lines.append,
+    )
+    return subs, lines
+
+
+def archived(root: Path) -> set[str]:
+    archive = root / ".grading" / "collected" / A
+    return {p.name for p in archive.iterdir() if p.is_dir()} - {"replaced"}
+
+
+def used_bytes(path: Path) -> int:
+    """Bytes allocated on disk under ``path``."""
+    return sum(p.lstat().st_blocks * 512 for p in [path, *path.rglob("*")])
+
+
+def test_a_folder_name_that_is_not_utf8_is_refused_and_the_class_collected(course):
+    """B1: an undecodable byte in a folder's name crashed the whole collect
+    (UnicodeEncodeError hashing it for the archive): nobody collected."""
+    needs_root()
+    root, inbound, _ = course
+    submit(inbound, "alice", 1)
+    bad = []
+    for who in ("ghost", "bob"):  # no account; a genuine owner
+        raw = os.fsencode(inbound) + (f"/{who}+{A}+{stamp(3)}+".encode() + b"\xff\xfe")
+        os.mkdir(raw)
+        with open(raw + b"/" + f"{A}.ipynb".encode(), "w") as fh:
+            fh.write("{}")
+        os.chown(raw, UIDS["bob"], UIDS["bob"])
+        bad.append(os.fsdecode(raw).rsplit("/", 1)[1])
+    submit(inbound, "mallory", 2)
+    subs, lines = collect_here(root, inbound)
+    assert (submitted(root, "alice") / f"{A}.ipynb").exists()
+    assert (submitted(root, "mallory") / f"{A}.ipynb").exists()
+    assert not submitted(root, "bob").exists() and not submitted(root, "ghost").exists()
+    rows = {r["name"]: r for r in record(root)}  # collect.json was written
+    assert rows[bad[1]]["status"] == "refused"
+    assert "not valid UTF-8" in rows[bad[1]]["reason"]
+    assert rows[bad[0]]["status"] == "refused"
+    assert rows[bad[1]]["owner"] == UIDS["bob"]
+    assert len(archived(root)) == 2  # alice's and mallory's only
+    assert all(part.isprintable() for line in lines for part in line.split("\n"))
+    # the log file name of such a text no longer raises
+    assert events._file_name(bad[1]).startswith(f"bob+{A}+")
+
+
+def test_a_timestamp_folder_in_a_submission_does_not_stop_the_class(course):
+    """B2: a folder named timestamp.txt in a genuine submission raised
+    IsADirectoryError in _submit; the students after it were not collected
+    and a temporary folder was left in submitted/."""
+    needs_root()
+    root, inbound, _ = course
+    submit(inbound, "alice", 1)
+    b = submit(inbound, "bob", 2)
+    (b / "timestamp.txt").unlink()
+    (b / "timestamp.txt").mkdir()
+    (b / "timestamp.txt" / "inside").write_text("x")
+    chown(b, UIDS["bob"])
+    submit(inbound, "eve", 3)
+    submit(inbound, "mallory", 4)
+    collect_here(root, inbound)
+    for who, minute in (("alice", 1), ("bob", 2), ("eve", 3), ("mallory", 4)):
+        got = submitted(root, who)
+        assert (got / "timestamp.txt").read_text() == stamp(minute), who
+        assert (got / f"{A}.ipynb").exists(), who
+    assert not list((root / "submitted" / "bob").glob(".*"))
+    statuses = sorted(r["status"] for r in record(root))
+    assert statuses == ["submitted"] * 4
+
+
+def test_an_error_submitting_one_student_is_recorded_and_cleaned_up(
+    course, monkeypatch
+):
+    """Per student: an error while one student's folder is put in place
+    refuses that one (grader-error, in collect.json), leaves no temporary
+    folder, and the others are collected."""
+    needs_root()
+    root, inbound, _ = course
+    submit(inbound, "alice", 1)
+    b = submit(inbound, "bob", 2)
+    submit(inbound, "eve", 3)
+    real = collect_mod._replace
+
+    def failing(src, final, aside):
+        if "bob" in final.parts and "submitted" in final.parts:
+            raise OSError(5, "disk on fire")
+        return real(src, final, aside)
+
+    monkeypatch.setattr(collect_mod, "_replace", failing)
+    collect_here(root, inbound)
+    assert (submitted(root, "alice") / f"{A}.ipynb").exists()
+    assert (submitted(root, "eve") / f"{A}.ipynb").exists()
+    assert not list((root / "submitted" / "bob").iterdir())
+    row = {r["name"]: r for r in record(root)}[b.name]
+    assert row["status"] == "refused" and "disk on fire" in row["reason"]
+    assert "grader-error" in collect_flags(root, "bob")
+
+
+def test_sparse_files_are_not_copied_and_refused_folders_not_archived(course):
+    """B3: sparse files cost nothing in the exchange and their full size in
+    the archive and submitted/, once per folder; refused folders were
+    archived too."""
+    needs_root()
+    root, inbound, _ = course
+    for minute in (1, 2, 3):
+        folder = submit(inbound, "mallory", minute)
+        for i in range(2):
+            with open(folder / f"big{i}.bin", "wb") as fh:
+                fh.truncate(8 * 1024 * 1024)
+        chown(folder, UIDS["mallory"])
+    forged = submit(inbound, "bob", 5, owner="mallory")
+    (forged / "data.bin").write_bytes(b"x" * 100_000)
+    ghost = inbound / f"ghost+{A}+{stamp(6)}+{secrets.token_urlsafe(9)}"
+    ghost.mkdir()
+    (ghost / "data.bin").write_bytes(b"x" * 100_000)
+    chown(ghost, UIDS["mallory"])
+    collect_here(root, inbound)
+    got = submitted(root, "mallory")
+    assert (got / f"{A}.ipynb").exists() and not (got / "big0.bin").exists()
+    notes = " ".join(collect_flags(root, "mallory")["too-large"])
+    assert "big0.bin is a sparse file" in notes, notes
+    spent = used_bytes(root / ".grading" / "collected") + used_bytes(root / "submitted")
+    assert spent < 1024 * 1024, spent
+    assert all(not n.startswith(("bob+", "ghost+")) for n in archived(root))
+    rows = {r["name"]: r for r in record(root)}
+    assert rows[forged.name]["status"] == rows[ghost.name]["status"] == "refused"
+
+
+def test_submissions_and_bytes_per_account_are_capped(course, monkeypatch):
+    """B3: at most MAX_SUBMISSIONS folders per student and assignment (the
+    latest), MAX_OWNER_BYTES per account and run, a file's second name in
+    the same account's folders copied once."""
+    needs_root()
+    root, inbound, _ = course
+    monkeypatch.setattr(collect_mod, "MAX_SUBMISSIONS", 3)
+    monkeypatch.setattr(collect_mod, "MAX_OWNER_BYTES", 250_000)
+    folders = [submit(inbound, "alice", m) for m in range(1, 6)]
+    big = folders[-1] / "a0.bin"
+    big.write_bytes(b"y" * 100_000)
+    for i in range(4):  # second names, in this folder and an earlier one
+        os.link(big, folders[-1] / f"again{i}.bin")
+    os.link(big, folders[-2] / "again.bin")
+    folders[-2].joinpath("other.bin").write_bytes(b"z" * 100_000)
+    folders[-3].joinpath("more.bin").write_bytes(b"w" * 100_000)
+    for f in folders:
+        chown(f, UIDS["alice"])
+    collect_here(root, inbound)
+    rows = {r["name"]: r for r in record(root)}
+    status = [rows[f.name]["status"] for f in folders]
+    assert status[:2] == ["refused", "refused"], status
+    assert "too many submissions" in rows[folders[0].name]["reason"]
+    assert status[4] == "submitted" and status[3] == "earlier"
+    kept = archived(root)
+    assert events._file_name(folders[0].name) not in kept
+    assert events._file_name(folders[1].name) not in kept
+    latest = root / ".grading" / "collected" / A / events._file_name(folders[4].name)
+    assert sorted(p.name for p in latest.iterdir()) == [
+        "a0.bin",
+        f"{A}.ipynb",
+        "submission_secret.txt",
+        "timestamp.txt",
+    ]
+    assert "not copied again" in " ".join(rows[folders[4].name]["notes"])
+    # 100 000 (latest) + 100 000 (other.bin): more.bin is past the budget
+    assert "more than 250000 bytes" in " ".join(
+        rows[folders[2].name]["flags"]["too-large"]
+    )
+    assert (submitted(root, "alice") / "a0.bin").stat().st_size == 100_000
+
+
+def test_timestamps_must_be_nbgraders_and_what_is_shown_is_escaped(course):
+    """B6: a folder's timestamp with terminal control characters was
+    accepted (dateutil is lenient) and printed raw to the instructor."""
+    needs_root()
+    root, inbound, _ = course
+    evil = "2026-12-05 10:00:00 \x1b]0;x\x07"
+    f = inbound / f"alice+{A}+{evil}+{secrets.token_urlsafe(9)}"
+    f.mkdir()
+    (f / f"{A}.ipynb").write_text("{}")
+    chown(f, UIDS["alice"])
+    g = inbound / f"bob+{A}+{stamp(1)}\r\nsubmitted alice ok+{secrets.token_urlsafe(9)}"
+    g.mkdir()
+    chown(g, UIDS["bob"])
+    subs, lines = collect_here(root, inbound)
+    rows = {r["name"]: r for r in record(root)}
+    assert rows[f.name]["status"] == "refused"
+    assert "not an nbgrader timestamp" in rows[f.name]["reason"]
+    assert "%Y-%m-%d %H:%M:%S.%f %Z" in rows[f.name]["reason"]
+    assert rows[g.name]["status"] == "refused"
+    assert not submitted(root, "alice").exists()
+    text = "\n".join(lines)
+    for c in "\x1b\x07\r":
+        assert c not in text, repr(text)
+    assert all(not line.startswith("submitted") for line in text.split("\n"))
+    # describe escapes every part, whatever a Submission holds
+    sub = collect_mod.Submission(
+        "x", "x", "al\nice", A, "t\x1b[2J", 1, "own\rer", "refused", "why\x07"
+    )
+    sub.flag("link", "a\nb")
+    sub.notes.append("c\x1bd")
+    shown = collect_mod.describe(sub)
+    assert all(line.isprintable() for line in shown.split("\n")), repr(shown)
+    assert len(shown.split("\n")) == 3
+
+
+def test_parse_time_takes_nbgraders_format_only():
+    ok = ("2026-12-05 10:00:00.000000 UTC", "2026-12-05 10:00:00.123456 CET")
+    for text in ok:
+        assert collect_mod.parse_time(text) is not None, text
+    for text in (
+        "2026-12-05 10:00:00 \x1b]0;x\x07",
+        "2026-12-05 10:00:00 UTC",
+        "2026-12-05 10:00:00.000000 UTC\n",
+        "tomorrow",
+        "2026-12-05 10:00:00.000000 UTC extra",
+        "\uff12026-12-05 10:00:00.000000 UTC",
+    ):
+        assert collect_mod.parse_time(text) is None, repr(text)
