@@ -105,6 +105,7 @@ def budgeted_attention_tf(queries, keys, values, budget_mib, mask=None):
 
 
 # ------------------------------------------------------------ the memory case
+@pytest.mark.slow
 def test_the_direct_tables_exceed_the_cap_and_the_sandbox():
     n, h = runner.LENGTH, runner.HEADS
     one = n * n * 4  # ONE float32 (n, n) table of one head
@@ -153,6 +154,7 @@ def test_other_errors_in_the_memory_case_are_the_students_own():
     assert "budget-ignored" not in str(err.value) and "KeyError" in str(err.value)
 
 
+@pytest.mark.slow
 def test_honest_solution_passes_under_an_existing_tighter_limit():
     """Like a sandbox whose limit leaves less than HEADROOM: the chunks fit."""
     before = limits()
@@ -170,6 +172,7 @@ def test_honest_solution_passes_under_an_existing_tighter_limit():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_grader_reference_for_the_memory_case_stays_small_and_counts_every_row():
     tracemalloc.start()
     try:
@@ -439,6 +442,7 @@ def budgeted_attention_torch(queries, keys, values, budget_mib, mask=None):
 """
 
 
+@pytest.mark.slow
 def test_honest_variations_pass_every_check():
     """The course's masked_softmax (allowed), sizes in float MiB floored, a
     preallocated output, the mask expanded to n_q rows first."""
@@ -447,6 +451,7 @@ def test_honest_variations_pass_every_check():
         judge(check, ns)
 
 
+@pytest.mark.slow
 def test_reference_passes_every_check_in_both_frameworks():
     ns = namespace("tf", "torch")
     for framework in ("tf", "torch"):

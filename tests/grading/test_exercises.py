@@ -92,7 +92,18 @@ def test_committed_release_is_a_release_of_the_sources():
                 assert "raise NotImplementedError()" in nbs.source(c)
 
 
-@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
+# attention-cost's references take minutes in process (its long memory case):
+# the slow tier; the others take well under a second each
+SLOW_REFERENCES = {"attention-cost"}
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        pytest.param(a, marks=pytest.mark.slow) if a in SLOW_REFERENCES else a
+        for a in ASSIGNMENTS
+    ],
+)
 def test_reference_data_reproduces_and_agrees_with_the_library(assignment):
     arrays = build(assignment, crosscheck=True)  # also: variants are distinguishable
     stored = reference.load_file(reference.source_path(ROOT, assignment)).arrays
@@ -129,6 +140,7 @@ def test_every_known_mistake_is_named_without_reference_values(assignment):
                 assert leaks.scan_text(message, {}, ref_values, "message") == []
 
 
+@pytest.mark.slow
 def test_reference_solutions_pass_every_check_in_process():
     for a in ASSIGNMENTS:
         results = run_in_process(a, student_solutions(a, "reference"))

@@ -40,6 +40,7 @@ CASES = sorted({(b.assignment, b.student) for b in BUGS})
 # grader.noise).
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(("assignment", "student"), CASES)
 def test_bug_loses_exactly_its_cells_with_its_hint(assignment, student):

@@ -171,6 +171,7 @@ def test_other_errors_in_the_memory_case_are_the_students_own():
     assert "materialised" not in str(err.value) and "KeyError" in str(err.value)
 
 
+@pytest.mark.slow
 def test_honest_solution_passes_under_an_existing_tighter_limit():
     """Like a sandbox whose limit leaves less than HEADROOM: the tiles fit."""
     before = limits()
@@ -184,6 +185,7 @@ def test_honest_solution_passes_under_an_existing_tighter_limit():
         resource.setrlimit(resource.RLIMIT_AS, before)
 
 
+@pytest.mark.slow
 def test_grader_reference_for_the_long_case_stays_small():
     """The grader never builds the (n, n) table: every row, a chunk of rows
     at a time; no known mistake is recomputed on all rows (per student)."""
@@ -494,6 +496,7 @@ def test_runs_leave_what_the_probe_watches_unchanged():
     assert probe.changes() == []
 
 
+@pytest.mark.slow
 def test_fresh_draws_keep_every_mistake_distinguishable():
     original = task.SEED
     try:

@@ -91,6 +91,7 @@ def chunked_linear_attention_tf(queries, keys, values, chunk):
 
 
 # ------------------------------------------------------------ the memory cases
+@pytest.mark.slow
 def test_tables_and_states_exceed_the_cap_and_the_sandbox():
     box, cap = sandbox.Limits().memory, runner.HEADROOM
     for n in (runner.WINDOW_LENGTH, runner.LINEAR_LENGTH):
@@ -192,6 +193,7 @@ def test_other_errors_in_a_memory_case_are_the_students_own():
     assert "materialised" not in str(err.value) and "KeyError" in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tf", "torch"])
 def test_honest_solutions_pass_the_memory_cases_with_a_margin(framework):
     """Under an existing limit tighter than the cap (like a sandbox that
@@ -216,6 +218,7 @@ def test_honest_solutions_pass_the_memory_cases_with_a_margin(framework):
 
 
 # ------------------------------------------------------- the grader's reference
+@pytest.mark.slow
 def test_grader_reference_for_the_long_cases_stays_small():
     """Float64, never the (n, n) table nor the (n, d, d_v) states: beyond the
     inputs and their features, a few blocks; every row counts."""
@@ -335,6 +338,7 @@ def chunked_linear_attention_torch(queries, keys, values, chunk):
 """
 
 
+@pytest.mark.slow
 def test_honest_alternatives_pass():
     judge("window", namespace(extra=BAND))
     judge("window_memory", namespace(extra=BAND))
