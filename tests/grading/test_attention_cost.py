@@ -24,12 +24,9 @@
   limit first still cannot hold the tables.
 """
 
-import json
 import math
 import resource
 import shutil
-import subprocess
-import sys
 import time
 import tracemalloc
 from fractions import Fraction
@@ -38,7 +35,8 @@ import numpy as np
 import pytest
 import torch
 from support.ci import skip_or_fail
-from support.grading import ROOT, copy_course, environment, student_solutions
+from support.grading import ROOT, copy_course, student_solutions
+from support.run_grader import grade
 
 import attncourse  # noqa: F401  (quiet TF first)
 from grader import core, provenance, sandbox
@@ -590,21 +588,10 @@ def graded(tmp_path_factory):
     for student, (edits, _, _) in STUDENTS.items():
         nb = nbs.submission(release, submission(edits))
         nbs.write(nb, root / "submitted" / student / A / f"{A}.ipynb")
-    start = time.monotonic()
-    with open(root / "grade_all.log", "w") as log:
-        code = subprocess.run(
-            [sys.executable, "-m", "grader", "grade", "--cell-timeout", "300"],
-            cwd=root,
-            env=environment(root),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=1200,
-        ).returncode
-    text = (root / "grade_all.log").read_text()
-    assert code == 0, text[-6000:]
-    print(f"\nsandboxed grading of {len(STUDENTS)}: {time.monotonic() - start:.0f} s")
-    report = json.loads((root / "grading-report.json").read_text())
-    return {r["student"]: r for r in report["rows"]}
+    run = grade(root, "--cell-timeout", "300", timeout=1200)
+    assert run.code == 0, run.tail(6000)
+    print(f"\nsandboxed grading of {len(STUDENTS)}: {run.seconds:.0f} s")
+    return run.rows
 
 
 @pytest.mark.slow

@@ -43,11 +43,11 @@ from support.ci import skip_or_fail
 from support.grading import (
     ROOT,
     copy_course,
-    environment,
     read_report,
     read_scores,
     student_solutions,
 )
+from support.run_grader import grade
 
 from grader import events as ev
 from grader import notebooks as nbs
@@ -536,28 +536,12 @@ def graded(tmp_path_factory):
     for student, solutions in STUDENTS.items():
         nb = nbs.submission(RELEASE, dict(REF, **solutions))
         nbs.write(nb, root / "submitted" / student / A / f"{A}.ipynb")
-    began = time.monotonic()
-    with open(root / "grade_all.log", "w") as log:
-        code = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grader",
-                "grade",
-                "--workers",
-                "2",
-                "--cell-timeout",
-                str(CELL_TIMEOUT),
-            ],
-            cwd=root,
-            env=environment(root),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=TIMEOUT,
-        ).returncode
-    text = (root / "grade_all.log").read_text()
-    assert code == 0, text[-6000:]
-    print(f"\ngrading run beside the hogs: {time.monotonic() - began:.0f} s")
+    run = grade(
+        root, "--workers", "2", "--cell-timeout", str(CELL_TIMEOUT), timeout=TIMEOUT
+    )
+    assert run.code == 0, run.tail(6000)
+    print(f"\ngrading run beside the hogs: {run.seconds:.0f} s")
+    text = run.log
     yield {
         "report": read_report(root),
         "scores": read_scores(root),

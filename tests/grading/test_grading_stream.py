@@ -51,7 +51,8 @@ import nbformat
 import numpy as np
 import pytest
 from support.ci import skip_or_fail
-from support.grading import ROOT, copy_course, environment, student_solutions
+from support.grading import ROOT, copy_course, student_solutions
+from support.run_grader import grade
 
 from grader import notebooks as nbs
 
@@ -533,20 +534,9 @@ def make_course(dest: Path, cases, ctx) -> None:
 
 
 def run_grading(root: Path, args, log_name="grade_all.log") -> int:
-    with open(root / log_name, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grader", "grade", *args],
-            cwd=root,
-            env=environment(root),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            return proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return -1
+    """The grading command's exit code (-1: killed after TIMEOUT)."""
+    run = grade(root, *args, timeout=TIMEOUT, log=log_name)
+    return -1 if run.code is None else run.code
 
 
 def read_report(root: Path) -> dict:
