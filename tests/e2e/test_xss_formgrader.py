@@ -33,7 +33,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -54,6 +53,7 @@ from support.grading import (  # noqa: E402
     environment,
     student_solutions,
 )
+from support.run_grader import grade  # noqa: E402
 
 from grader import notebooks as nbs  # noqa: E402
 
@@ -230,19 +230,9 @@ def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("xss") / "course"
     copy_course(root, [A])
     nbs.write(hostile_notebook(), root / "submitted" / STUDENT / A / f"{A}.ipynb")
-    start = time.monotonic()
-    with open(root / "grade.log", "w") as log:
-        proc = subprocess.run(
-            [sys.executable, "-m", "grader", "grade", A, "--cell-timeout", "90"],
-            cwd=root,
-            env=environment(root),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=GRADE_TIMEOUT,
-        )
-    print(f"\ngrading the hostile submission: {time.monotonic() - start:.0f} s")
-    log_text = (root / "grade.log").read_text()
-    assert proc.returncode == 0, log_text[-6000:]
+    run = grade(root, A, "--cell-timeout", "90", timeout=GRADE_TIMEOUT, log="grade.log")
+    print(f"\ngrading the hostile submission: {run.seconds:.0f} s")
+    assert run.code == 0, run.tail(6000)
     return root
 
 

@@ -23,14 +23,13 @@ The fast accounting tests are in ``test_limits_units.py``.
 import json
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import run_grader
 from support.ci import skip_or_fail
-from support.grading import ROOT, environment, student_solutions
+from support.grading import ROOT, student_solutions
 
 from grader import notebooks as nbs
 from grader import sandbox
@@ -164,23 +163,11 @@ def make_course(dest: Path, cases=CASES, grader_src: Path = ROOT / "grader") -> 
 
 
 def grade(root: Path, *args, timeout=TIMEOUT) -> int:
-    with open(root / "grade_all.log", "w") as log:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grader",
-                "grade",
-                "--cell-timeout",
-                str(CELL_TIMEOUT),
-                *args,
-            ],
-            cwd=root,
-            env=environment(root),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-        ).returncode
+    """The grading command's exit code (-1: killed after ``timeout``)."""
+    run = run_grader.grade(
+        root, "--cell-timeout", str(CELL_TIMEOUT), *args, timeout=timeout
+    )
+    return -1 if run.code is None else run.code
 
 
 def read_report(root: Path) -> dict:
