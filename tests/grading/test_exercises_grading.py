@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import run_grader
 from support.grading import (
     BUGS,
     ROOT,
@@ -66,33 +67,11 @@ def graded(tmp_path_factory):
     for root, group in zip(roots, GROUPS, strict=True):
         make_course(root, group)
     start = time.monotonic()
-    procs = []
-    for root in roots:
-        log = open(root / "grade_all.log", "w")
-        procs.append(
-            (
-                root,
-                log,
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "grader",
-                        "grade",
-                        "--workers",
-                        str(WORKERS),
-                    ],
-                    cwd=root,
-                    env=environment(root),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
-            )
-        )
-    codes = {}
-    for root, log, proc in procs:
-        codes[root] = proc.wait(timeout=TIMEOUT)
-        log.close()
+    running = [
+        run_grader.start(root, "--workers", str(WORKERS), timeout=TIMEOUT)
+        for root in roots
+    ]
+    codes = {run.root: run.wait().code for run in running}
     elapsed = time.monotonic() - start
     print(f"\nbatch grading of {len(ASSIGNMENTS)} assignments: {elapsed:.0f} s")
     result = {
