@@ -38,6 +38,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support import run_grader
 from support.ci import skip_or_fail
 from support.grading import ROOT, copy_course, run_in_process, student_solutions
 
@@ -777,21 +778,9 @@ def environment(root: Path) -> dict:
 
 
 def grade(root: Path, *args, log_name="grade_all.log", timeout=TIMEOUT):
-    log = open(root / log_name, "w")
-    return log, subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "grader",
-            "grade",
-            "--cell-timeout",
-            str(CELL_TIMEOUT),
-            *args,
-        ],
-        cwd=root,
-        env=environment(root),
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    """Start the grading command in ``root`` (``Running.wait()`` ends it)."""
+    return run_grader.start(
+        root, "--cell-timeout", str(CELL_TIMEOUT), *args, timeout=timeout, log=log_name
     )
 
 
@@ -873,13 +862,9 @@ def graded(tmp_path_factory):
     start = time.monotonic()
     runs = {c: grade(root, *COURSE_ARGS[c]) for c, root in roots.items()}
     codes = {}
-    for course, (log, proc) in runs.items():
-        try:
-            codes[course] = proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            codes[course] = "timeout"
-        log.close()
+    for course, run in runs.items():
+        code = run.wait().code
+        codes[course] = "timeout" if code is None else code
     elapsed = time.monotonic() - start
     listener.close()
     print(f"\nsandboxed grading of {len(CASES)} submissions: {elapsed:.0f} s")
@@ -1095,24 +1080,22 @@ def test_regrading_is_idempotent(graded):
     def same(a, b):
         return (a["parts"], a["flags"]) == (b["parts"], b["flags"])
 
-    log, proc = grade(root, *COURSE_ARGS["B"], log_name="regrade.log")
-    assert proc.wait(timeout=TIMEOUT) == 0, log_tail(root, "regrade.log")
-    log.close()
+    run = grade(root, *COURSE_ARGS["B"], log_name="regrade.log").wait()
+    assert run.code == 0, run.tail(6000)
     again = read_report(root)
     assert set(again) == set(before)
     assert all(same(again[s], before[s]) for s in before)
     assert (root / "grades.csv").read_text() == grades
     forced = ["reference", "exit-in-hidden-tests"]
-    log, proc = grade(
+    run = grade(
         root,
         *COURSE_ARGS["B"],
         "--force",
         "--students",
         ",".join(forced),
         log_name="regrade-force.log",
-    )
-    assert proc.wait(timeout=TIMEOUT) == 0, log_tail(root, "regrade-force.log")
-    log.close()
+    ).wait()
+    assert run.code == 0, run.tail(6000)
     forced_report = read_report(root)
     assert set(forced_report) == set(forced)
     assert all(same(forced_report[s], before[s]) for s in forced)
