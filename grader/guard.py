@@ -119,11 +119,24 @@ def label(cell, index: int) -> str:
 MIN_OUTPUT = 100  # characters charged for any output (so <= 1 000 per cell)
 
 
+def _number_size(value) -> int:
+    """Characters of a number's JSON text, at least 8 (a bool or None: 8).
+    An int is measured by its bits, never converted: ``str`` of an int over
+    ``sys.get_int_max_str_digits()`` digits raises, and is slow below it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 8
+    if isinstance(value, float):
+        return max(len(repr(value)), 8)
+    digits = int(value.bit_length() * 0.30103) + 2  # one more, and a sign
+    return max(digits, 8)
+
+
 def _size(content) -> int:
     """Characters of a message's content (or an output), whatever its form:
     every string and key in it, nested or not (metadata, ``ename``,
-    ``evalue``, a display id, ``execution_count`` too), 8 for any other
-    value. Iterative: a deeply nested payload cannot exhaust the stack."""
+    ``evalue``, a display id, ``execution_count`` too), a number by the
+    length of its JSON text (at least 8), 8 for any other value.
+    Iterative: a deeply nested payload cannot exhaust the stack."""
     total, todo = 0, [content]
     while todo:
         item = todo.pop()
@@ -136,7 +149,7 @@ def _size(content) -> int:
             total += 8
             todo.extend(item)
         else:
-            total += 8
+            total += _number_size(item)
     return total
 
 
@@ -199,7 +212,18 @@ def _malformed(content) -> bool:
     return count is not None and not isinstance(count, int)
 
 
-def _ours_in(content) -> str | None:
+# the message kinds that carry our reports (an update of one is never
+# applied); a stream or an error with our mime type in a "data" dict is the
+# student's, charged like any other
+OURS_KINDS = ("display_data", "execute_result")
+
+
+def _ours_in(content, kind=None) -> str | None:
+    """Our report's mime type in a message's content, if it has one; with
+    ``kind``, only for a message of a kind that can carry one
+    (``OURS_KINDS`` and display updates)."""
+    if kind is not None and kind not in (*OURS_KINDS, "update_display_data"):
+        return None
     data = content.get("data") if isinstance(content, dict) else None
     if not isinstance(data, dict):
         return None
@@ -741,7 +765,9 @@ class GuardedExecute(Execute):
             entry["msg_id"] = parent_msg_id
             self._by_msg[parent_msg_id] = entry
         while True:
-            msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
+            msg = await self._iopub_msg(None)
+            if msg is None:
+                continue
             if msg.get("parent_header", {}).get("msg_id") == parent_msg_id:
                 try:
                     self.process_message(msg, cell, cell_index)
@@ -749,6 +775,20 @@ class GuardedExecute(Execute):
                     return
             else:
                 self._late(msg)
+
+    async def _iopub_msg(self, timeout):
+        """The next iopub message, or None for one that cannot be read: a
+        frame that is not JSON, or that Python cannot parse (an int of more
+        than ``sys.get_int_max_str_digits()`` digits, which a kernel that
+        lifted its own limit can send) -- counted as malformed, never
+        raised into the cell's execution."""
+        try:
+            return await ensure_async(self.kc.iopub_channel.get_msg(timeout=timeout))
+        except ValueError:
+            if self._current is not None:
+                self._current["malformed"] += 1
+            self.log.debug("unreadable iopub message", exc_info=True)
+            return None
 
     def _late(self, msg):
         """A message for a request that is not running now: for a cell that
@@ -759,7 +799,7 @@ class GuardedExecute(Execute):
         if entry is None or entry is self._current:
             return
         kind = _kind(msg.get("msg_type"))
-        ours = _ours_in(msg.get("content"))
+        ours = _ours_in(msg.get("content"), kind)
         if (kind == "status" or ours) and len(entry["late"]) < 100:
             entry["late"].append(f"{kind} ({ours})" if ours else kind)
 
@@ -770,9 +810,11 @@ class GuardedExecute(Execute):
         end = monotonic() + wait
         while (left := end - monotonic()) > 0:
             try:
-                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=left))
+                msg = await self._iopub_msg(left)
             except Empty:
                 break
+            if msg is None:
+                continue
             if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
                 self._late(msg)
             elif (
@@ -819,7 +861,7 @@ class GuardedExecute(Execute):
         if kind == "comm":
             entry["comms"] += 1
             return
-        mime = _ours_in(content)
+        mime = _ours_in(content, kind)
         tag = {OBSERVATION: "observation", INTEGRITY: "report"}.get(mime, kind)
         if kind == "update_display_data":
             entry["updates"] += 1
@@ -838,7 +880,7 @@ class GuardedExecute(Execute):
             return
         position = entry["content"]
         entry["content"] += 1
-        if mime and kind in ("display_data", "execute_result"):
+        if mime and kind in OURS_KINDS:
             size = _size(content)
             self._ours_chars += size
             if not self._replaying:  # a replay's outputs are not kept
@@ -879,7 +921,7 @@ class GuardedExecute(Execute):
         for index in targets:
             self._touched[index] = self._touched.get(index, 0) + 1
         content = msg.get("content") or {}
-        if _ours_in(content):
+        if _ours_in(content, msg.get("msg_type")):
             return
         new, growth = _size(content), 0
         for index, positions in targets.items():
@@ -985,7 +1027,9 @@ class GuardedExecute(Execute):
         points when they fail a test), nothing else, and a note."""
         content = msg.get("content", {})
         kind = msg.get("msg_type")
-        if _ours_in(content):  # counted in _log (MAX_OURS, MAX_OURS_NOTEBOOK)
+        # only a display or a result carries our reports (counted in _log:
+        # MAX_OURS, MAX_OURS_NOTEBOOK); anything else is charged here
+        if kind in OURS_KINDS and _ours_in(content):
             if self._ours_over:
                 return None
             return super().output(outs, msg, display_id, cell_index)

@@ -662,7 +662,8 @@ def _may_hold(module: str, forbidden) -> str | None:
 
 def _escapes(node, parents) -> str | None:
     """How a module-valued ``node`` leaves what the scan follows (None: it
-    does not): it is dereferenced, called, compared or bound to a plain name."""
+    does not): it is dereferenced (``.name`` or a literal ``getattr``),
+    called, compared or bound to a plain name."""
     child, parent = node, parents.get(id(node))
     while isinstance(parent, ast.IfExp | ast.BoolOp | ast.NamedExpr) and not (
         isinstance(parent, ast.IfExp) and child is parent.test
@@ -674,6 +675,11 @@ def _escapes(node, parents) -> str | None:
         or isinstance(parent, ast.Call)
         and child is parent.func
     ):
+        return None
+    literal = _literal_getattr(parent)
+    if literal is not None and child is literal[0]:
+        # getattr(module, "name") reads an attribute, as module.name does: the
+        # name is checked (and followed) as the getattr call's own
         return None
     if isinstance(parent, ast.Assign | ast.AnnAssign) and child is parent.value:
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]

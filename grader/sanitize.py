@@ -27,7 +27,13 @@ next grading). Three layers, each enough on its own for what it covers:
      allowlist, event handlers, comments, ``javascript:``/``data:``/any other
      scheme than http(s)/mailto in links, a missing attachment) the cell is
      replaced by its source in a fenced code block: it shows as text;
-     attachments other than PNG/JPEG/GIF (SVG, HTML) are dropped;
+     attachments other than PNG/JPEG/GIF (SVG, HTML) are dropped; the check
+     is bounded in time whatever the input: a cell's source and its HTML are
+     checked up to ``MAX_MARKDOWN`` and ``MAX_HTML`` characters, a notebook's up to
+     ``MAX_MARKDOWN_NOTEBOOK`` in all (past either the cell is shown as text,
+     cut), and a ``<`` that does not open an allowed tag closed before the
+     next ``<`` is refused before ``html.parser`` (quadratic on unclosed
+     comments and tags) sees the fragment;
    * cell tags that are not plain words and notebook metadata other than the
      kernelspec and language (widget state, titles) are dropped.
 
@@ -133,6 +139,15 @@ BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 OBJECT_REPR = re.compile(r"<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>")
 SAFE_TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOTEBOOK_METADATA = ("kernelspec", "language_info")
+# markdown text checked: per cell (its source, and the HTML it renders to)
+# and per notebook; the course's cells are under 5 000 characters each
+MAX_MARKDOWN = 50_000
+MAX_MARKDOWN_NOTEBOOK = 200_000
+# ... and of the HTML a cell renders to (escaping makes up to 6 of 1)
+MAX_HTML = 8 * MAX_MARKDOWN
+SHORT_HEAD = 1_000  # what a cell past the notebook's budget keeps, as text
+# what may follow a '<' in checked HTML: an allowed tag's name, then its end
+TAG_START = re.compile(r"/?([A-Za-z][A-Za-z0-9]*)(?=[\s/>])")
 AS_TEXT_NOTE = (
     "*Shown as text by the grader: this cell contained raw HTML, an "
     "unsafe link or an attachment that cannot be shown safely.*"
@@ -200,8 +215,29 @@ class _Checker(HTMLParser):
         self.problems.append("a declaration")
 
 
+def _tags_problems(fragment: str) -> list[str]:
+    """A linear pre-check: every ``<`` opens (or closes) an allowed tag that
+    ends before the next ``<``. ``html.parser`` rescans to the end of the
+    text for each unclosed comment or tag (quadratic: 200 KB of ``<!--``
+    took 16 s); what fails here never reaches it."""
+    if len(fragment) > MAX_HTML:
+        return [f"more than {MAX_HTML} characters of HTML"]
+    if "<!--" in fragment:
+        return ["an HTML comment"]
+    for segment in fragment.split("<")[1:]:
+        match = TAG_START.match(segment)
+        if match is None or ">" not in segment:
+            return ["a stray '<'"]
+        if match.group(1).lower() not in SAFE_TAGS:
+            return [f"<{match.group(1).lower()}>"]
+    return []
+
+
 def html_problems(fragment: str) -> list[str]:
     """Why ``fragment`` is more than plain markdown markup ([] if it is not)."""
+    early = _tags_problems(fragment)
+    if early:
+        return early
     checker = _Checker()
     try:
         checker.feed(fragment)
@@ -223,6 +259,8 @@ def render_markdown(source: str, attachments: dict | None = None) -> str:
 
 
 def markdown_problems(source: str, attachments: dict | None = None) -> list[str]:
+    if len(source) > MAX_MARKDOWN:
+        return [f"more than {MAX_MARKDOWN} characters"]
     try:
         rendered = render_markdown(source, attachments)
     except Exception as exc:  # noqa: BLE001  (e.g. a missing attachment)
@@ -263,8 +301,18 @@ def safe_attachments(attachments) -> dict:
     return kept
 
 
-def sanitize_markdown_cell(cell) -> list[str]:
-    """Neutralise one markdown cell in place; returns what was wrong."""
+def _cut(source: str, limit: int) -> str:
+    if len(source) <= limit:
+        return source
+    return (
+        source[:limit] + f"\n[... {len(source) - limit} characters cut by the grader]"
+    )
+
+
+def sanitize_markdown_cell(cell, budget: list[int] | None = None) -> list[str]:
+    """Neutralise one markdown cell in place; returns what was wrong.
+    ``budget`` (``[characters]``, shared by a notebook's cells) is what may
+    still be checked: past it the cell is shown as text, cut, unchecked."""
     problems = []
     attachments = cell.get("attachments")
     if attachments:
@@ -276,10 +324,23 @@ def sanitize_markdown_cell(cell) -> list[str]:
         if not kept:
             del cell["attachments"]
     source = _text(cell.get("source", ""))
+    checked = min(len(source), MAX_MARKDOWN)  # markdown_problems reads no more
+    if budget is not None and budget[0] < checked:
+        # past the notebook's budget: a short head as text, no check
+        budget[0] = 0
+        cell["source"] = as_text_markdown(_cut(source, SHORT_HEAD))
+        cell.pop("attachments", None)
+        return [
+            *problems,
+            f"past the {MAX_MARKDOWN_NOTEBOOK} characters of markdown checked "
+            "per notebook",
+        ]
     found = markdown_problems(source, cell.get("attachments"))
+    if budget is not None:
+        budget[0] -= checked
     if found:
         problems += found
-        cell["source"] = as_text_markdown(source)
+        cell["source"] = as_text_markdown(_cut(source, MAX_MARKDOWN - 1_000))
         cell.pop("attachments", None)
         if markdown_problems(cell["source"]):  # cannot happen; never show it raw
             cell["source"] = AS_TEXT_NOTE
@@ -334,6 +395,7 @@ def sanitize_output(output) -> list[str]:
 def sanitize_notebook(nb) -> list[str]:
     """Neutralise everything student-controlled in ``nb``; what was changed."""
     changes = []
+    budget = [MAX_MARKDOWN_NOTEBOOK]  # markdown characters still checked
     for index, cell in enumerate(nb.cells):
         where = _label(cell, index)
         tags = cell.get("metadata", {}).get("tags")
@@ -347,7 +409,7 @@ def sanitize_notebook(nb) -> list[str]:
                 changes.append(f"{where}: cell tags removed")
                 cell.metadata["tags"] = good
         if cell.get("cell_type") == "markdown":
-            found = sanitize_markdown_cell(cell)
+            found = sanitize_markdown_cell(cell, budget)
             if found:
                 changes.append(f"{where}: markdown shown as text ({'; '.join(found)})")
         elif cell.get("cell_type") == "code":

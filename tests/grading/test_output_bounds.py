@@ -25,7 +25,7 @@ Measured on this course before the notebook budget: a worker peaked at
 over the 64 MiB the client takes); with it: 216 MiB, files under 0.6 MB.
 
 The unit tests at the end drive ``GuardedExecute``'s counting with made-up
-messages, no kernel.
+messages, no kernel; one bounds the time the sanitizer spends on markdown.
 """
 
 import json
@@ -373,3 +373,147 @@ def test_honest_outputs_are_far_from_the_bounds():
     for path in releases:
         cells = [c for c in nbs.read(path)["cells"] if c["cell_type"] == "code"]
         assert len(cells) < GuardedExecute.max_cells.default_value // 10, path
+
+
+def test_streams_and_errors_with_our_mime_type_are_charged(tmp_path):
+    """Only a display or a result carries our reports: a stream or an error
+    with our mime type in a ``data`` dict is charged like any other (it was
+    not charged at all: 80 streams of 5 MB made a grader-error)."""
+    from grader.kernel.observations import INTEGRITY, OBSERVATION
+
+    pre = _client(tmp_path, cells=3)
+    for mime in (OBSERVATION, INTEGRITY) * 10:
+        stream = {"name": "stdout", "text": "S" * 500_000, "data": {mime: {}}}
+        _send(pre, 0, "stream", stream)
+    for mime in (OBSERVATION, INTEGRITY) * 10:
+        _send(pre, 1, "error", {**_error(50_000), "data": {mime: {}}})
+    assert _kept(pre, 0) < 110_000 and _kept(pre, 1) < 110_000, _kept(pre)
+    errors = [o for o in pre.nb.cells[1].outputs if o["output_type"] == "error"]
+    assert len(errors) == 1, len(errors)
+    assert "output-limit" in pre.events.flags
+    log = pre.stream[1]  # an error is logged as an error, never as our report
+    assert set(log["order"]) == {"error"} and not log["observations"], log["order"]
+    assert not log["reports"] and not log["dropped"]
+    # an update carrying our reports is still never applied (and counted)
+    _send(
+        pre,
+        2,
+        "display_data",
+        {"data": {"text/plain": "s"}, "metadata": {}, "transient": {"display_id": "d"}},
+    )
+    update = {
+        "data": {OBSERVATION: {}, "text/plain": "u" * 1_000},
+        "metadata": {},
+        "transient": {"display_id": "d"},
+    }
+    _send(pre, 2, "update_display_data", update)
+    assert pre.nb.cells[2].outputs[0]["data"] == {"text/plain": "s"}
+    assert pre.stream[2]["ours_updates"] == 1
+
+
+def test_numbers_are_charged_by_their_digits(tmp_path):
+    """A number costs the length of its JSON text (it cost 8 whatever its
+    size: two cells of 6 000 ints of 4 201 digits kept 50 MB), measured
+    without converting it (an int past ``sys.get_int_max_str_digits()``
+    cannot be)."""
+    import sys
+    import time
+
+    from grader.guard import _size
+
+    assert _size(10**4200) >= 4201 and _size(-(10**20)) >= 22
+    assert _size(12) == _size(True) == _size(None) == 8
+    assert _size(1.0000000000000002e-300) >= len("1.0000000000000002e-300")
+    huge = 1 << 200_000  # 60 206 digits: str() of it raises
+    assert sys.get_int_max_str_digits() and _size(huge) >= 60_206
+    began = time.monotonic()
+    assert _size([10**4200] * 6000) >= 6000 * 4201
+    assert time.monotonic() - began < 1
+    pre = _client(tmp_path, cells=2)
+    for i in range(2):
+        json_data = {"application/json": {"v": [10**4200] * 6000}}
+        _send(pre, i, "display_data", {"data": json_data, "metadata": {}})
+    assert _kept(pre) < 10_000, _kept(pre)
+    assert "output-limit" in pre.events.flags
+
+
+def test_a_huge_markdown_cell_is_checked_in_bounded_time():
+    """``html.parser`` is quadratic on unclosed comments and tags (200 KB of
+    ``<!--`` took 16 s, in the grader's process): the sanitizer checks a
+    bounded amount of markdown and HTML, per cell and per notebook, and
+    refuses a stray ``<`` before the parser sees it; what it does not check
+    is shown as text, cut."""
+    import time
+
+    from grader import sanitize
+    from grader.sanitize import AS_TEXT_NOTE, html_problems, sanitize_notebook
+
+    attacks = ["<!--" * 250_000, "<div>\n" + "<a " * 300_000]
+    small = ["<!--" * 12_000, "<div>\n" + "<a " * 16_000, "<div>\n<a title='>" * 4000]
+    cells = [nbformat.v4.new_markdown_cell(s) for s in [*attacks, *small] * 2]
+    cells += [
+        nbformat.v4.new_markdown_cell("<div>\n" + "<a " * 16_000) for _ in range(40)
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    began = time.monotonic()
+    changes = sanitize_notebook(nb)
+    took = time.monotonic() - began
+    assert took < 1.5, took  # measured: under 0.3 s
+    assert len(changes) == len(cells), changes
+    assert "more than 50000 characters" in changes[0], changes[0]
+    assert "past the 200000 characters" in changes[-1], changes[-1]
+    for cell in nb.cells:  # all shown as text, none as HTML
+        assert cell.source.startswith(AS_TEXT_NOTE), cell.source[:100]
+        assert len(cell.source) < sanitize.MAX_MARKDOWN + 500
+        assert not sanitize.markdown_problems(cell.source)
+    # one cell of 1 MB on its own: well under a second
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(attacks[0])])
+    began = time.monotonic()
+    assert sanitize_notebook(nb) and time.monotonic() - began < 0.5
+    assert nb.cells[0].source.startswith(AS_TEXT_NOTE)
+    assert "characters cut by the grader" in nb.cells[0].source
+    # the HTML check alone, on what the parser was quadratic on
+    for fragment in ("<!--" * 250_000, "<a " * 100_000, "<p>" + "<?" * 100_000):
+        began = time.monotonic()
+        assert html_problems(fragment)
+        assert time.monotonic() - began < 0.2
+    # honest markup still passes
+    assert (
+        html_problems('<p>a <a href="https://x.org">b</a><br/><img src="p.png"/></p>')
+        == []
+    )
+
+
+def test_an_unreadable_message_is_skipped(tmp_path):
+    """A kernel that lifted its own int-to-str limit can send an int the
+    grader's JSON parser refuses (ValueError): the message is counted as
+    malformed and skipped, the cell goes on."""
+    import asyncio
+
+    from jupyter_client.session import Session
+
+    session, frames = Session(key=b"k"), []
+    for content in (
+        {"name": "stdout", "text": "1" * 5_000},
+        {"execution_state": "idle"},
+    ):
+        kind = "stream" if "name" in content else "status"
+        msg = session.msg(kind, content, parent={"msg_id": "m0"})
+        frames.append(session.serialize(msg))
+    frames[0][-1] = b'{"name": "stdout", "text": ' + b"1" * 5_000 + b"}"
+    frames[0][1] = session.sign(frames[0][2:])  # re-signed: only JSON fails
+
+    class Channel:
+        async def get_msg(self, timeout=None):
+            return session.deserialize(frames.pop(0)[1:])
+
+    class Client:
+        iopub_channel = Channel()
+
+    pre = _client(tmp_path, cells=1)
+    pre.kc, pre.record_timing = Client(), False
+    pre._new_cell_budget()
+    pre._begin(0, replay=False)
+    asyncio.run(pre._async_poll_output_msg("m0", pre.nb.cells[0], 0))
+    assert pre.stream[0]["malformed"] == 1 and pre.stream[0]["closed"]
+    assert not frames

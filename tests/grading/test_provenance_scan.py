@@ -214,6 +214,9 @@ def test_attack_is_flagged(attack, assignment):
     "code, expected",
     [
         ("f = functools.reduce(getattr, ['x'], at)", "getattr used as a value"),
+        ("f = getattr(attncourse.torch, 'soft_attention')", "soft_attention"),
+        ("m = getattr(attncourse, 'torch')\nf = m.soft_attention", "soft_attention"),
+        ("g = id(getattr(torch, 'nn'))", "torch.nn is passed to a function"),
         ("import gc\ngc.get_objects()", "imports gc"),
         ("ms = [attncourse.torch]", "attncourse.torch is put in a tuple or list"),
         ("import os\nos.sys.modules['x']", "os.sys.modules"),
@@ -233,6 +236,8 @@ CLEAN = {
     "own getattr": "class Net:\n    def w(self, i):\n"
     "        return getattr(self, f'w{i}')",
     "literal getattr": "w = getattr(layer, 'weight', None)",
+    "literal getattr on a module": "d = getattr(torch, 'float32')\n"
+    "lin = getattr(torch.nn, 'Linear')(8, 8)\nf = getattr(nn.functional, 'gelu')",
     "hasattr and setattr": "if hasattr(x, 'numpy'):\n    setattr(obj, name, 1)",
     "isinstance": "ok = isinstance(x, torch.Tensor) and x.dtype == torch.float32",
     "dtype keyword": "t = torch.tensor(x, dtype=torch.float64)\n"
