@@ -208,6 +208,7 @@ def budgeted_attention_torch(queries, keys, values, budget_mib, mask=None):
 """
 
 
+@pytest.mark.slow
 def test_a_few_rows_computed_earn_nothing():
     with pytest.raises(GradingError, match="mismatch in outputs"):
         judge("memory", namespace(extra=SOME_ROWS))

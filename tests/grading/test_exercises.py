@@ -92,9 +92,10 @@ def test_committed_release_is_a_release_of_the_sources():
                 assert "raise NotImplementedError()" in nbs.source(c)
 
 
-# attention-cost's references take minutes in process (its long memory case):
-# the slow tier; the others take well under a second each
-SLOW_REFERENCES = {"attention-cost"}
+# the long memory cases of attention-cost, flash-attention and
+# sparse-linear-attention take 30-100 s in process: the slow tier; the others
+# take well under a second each
+SLOW_REFERENCES = {"attention-cost", "flash-attention", "sparse-linear-attention"}
 
 
 @pytest.mark.parametrize(
