@@ -34,6 +34,7 @@ import attncourse._startup  # noqa: F401  (skips a slow unused import)
 import yaml  # noqa: E402
 from jupyter_cache import get_cache  # noqa: E402
 from jupyter_cache.cache.db import NbProjectRecord  # noqa: E402
+from jupyter_cache.cache.main import JupyterCacheBase  # noqa: E402
 from jupyter_cache.executors.basic import (  # noqa: E402
     REPORT_LEVEL,
     ExecutionWorkerLocalMProc,
@@ -44,6 +45,11 @@ from jupyter_cache.executors.basic import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 READER = {"type": "plugin", "name": "myst_nb_md"}  # how myst-nb registers .md files
 HINTS = Path(__file__).with_name("execution_hints.json")
+
+
+def _workers_never_trim() -> None:
+    """In each worker process: caching a notebook trims no records (``run``)."""
+    JupyterCacheBase.truncate_caches = lambda cache: None
 
 
 def toc_names(toc_file: Path) -> list[str]:
@@ -109,8 +115,15 @@ def run(
     multiprocessing.log_to_stderr(REPORT_LEVEL)  # "Executing: <uri>" per notebook
     jobs = [ProcessData(r.pk, r.uri, cache, timeout, False) for r in todo]
     worker = ExecutionWorkerLocalMProc()
-    with multiprocessing.Pool(min(processes, len(todo))) as pool:
+    # After caching a notebook, jupyter-cache trims old records with two queries
+    # that are not one transaction: in two worker processes, one can delete the
+    # record the other has just inserted (KeyError "Notebook file does not exist
+    # for cache record PK", seen on a loaded machine). The workers never trim;
+    # this process trims once, after them.
+    workers = min(processes, len(todo))
+    with multiprocessing.Pool(workers, initializer=_workers_never_trim) as pool:
         results = list(pool.imap_unordered(worker, jobs, chunksize=1))
+    cache.truncate_caches()
     return ExecutorRunResult(
         succeeded=[uri for code, uri in results if code == 0],
         excepted=[uri for code, uri in results if code == 1],
