@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
-import torch
 from support.arrays import assert_close, inputs, make_params, to_np, to_tf, to_torch
+from support.clipping import assert_clipped, tf_step_norms, torch_step_norms
 
 import attncourse.numpy as anp
 import attncourse.tf as atf
@@ -174,57 +174,20 @@ def _tiny(module):
 
 def test_torch_training_clips_the_global_gradient_norm(monkeypatch):
     """train_seq2seq: clip_grad_norm_(params, clip_norm) before each Adam step."""
-    norms = []
-    real_step = torch.optim.Adam.step
-
-    def step(self, *args, **kwargs):
-        grads = [p.grad for group in self.param_groups for p in group["params"]
-                 if p.grad is not None]  # fmt: skip
-        norms.append(float(torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g) for g in grads]))))  # fmt: skip
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    norms = torch_step_norms(monkeypatch)
     task, encoder, decoder = _tiny(atorch)
     atorch.train_seq2seq(encoder, decoder, task, steps=3, batch_size=8,
                          learning_rate=0.01, clip_norm=CLIP)  # fmt: skip
-    assert len(norms) == 3
-    assert max(norms) <= CLIP * (1 + 1e-4), norms
-    assert min(norms) > CLIP / 2, norms  # clipped to the norm, not zeroed
+    assert_clipped(norms(), CLIP, steps=3)
 
 
 def test_tf_training_clips_the_global_gradient_norm(monkeypatch):
     """train_seq2seq: clip_by_global_norm(grads, clip_norm) before apply."""
-    import keras
-
-    class Recording(keras.optimizers.Adam):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.norms = tf.Variable(tf.zeros(8), trainable=False)
-            self.count = tf.Variable(0, trainable=False)
-
-        def apply_gradients(self, grads_and_vars):
-            pairs = list(grads_and_vars)
-            norm = tf.linalg.global_norm([g for g, _ in pairs])
-            self.norms.scatter_nd_update([[self.count]], [norm])
-            self.count.assign_add(1)
-            return super().apply_gradients(pairs)
-
-    made = []
-
-    def adam(*args, **kwargs):
-        made.append(Recording(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(keras.optimizers, "Adam", adam)
+    norms = tf_step_norms(monkeypatch)
     task, encoder, decoder = _tiny(atf)
     atf.train_seq2seq(encoder, decoder, task, steps=3, batch_size=8,
                       learning_rate=0.01, clip_norm=CLIP)  # fmt: skip
-    (optimizer,) = made
-    assert int(optimizer.count.numpy()) == 3
-    norms = optimizer.norms.numpy()[:3]
-    assert norms.max() <= CLIP * (1 + 1e-4), norms
-    assert norms.min() > CLIP / 2, norms
+    assert_clipped(norms(), CLIP, steps=3)
 
 
 # --- found by mutation testing (bench/mutation_report.md) ----------------------

@@ -8,9 +8,9 @@ import inspect
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 import torch
 from support.arrays import assert_close, to_np, to_tf, to_torch
+from support.clipping import assert_clipped, tf_step_norms, torch_step_norms
 
 import attncourse.numpy as anp
 import attncourse.tf as atf
@@ -162,56 +162,20 @@ def test_torch_train_tiny_clips_the_global_gradient_norm(monkeypatch, one_torch_
     """train_tiny: clip_grad_norm_(model.parameters(), clip_norm) before each
     Adam step; the global L2 norm the optimizer sees is clip_norm. Mutant: the
     clip removed (Adam's near scale-invariance hides it from the losses)."""
-    norms = []
-    real_step = torch.optim.Adam.step
-
-    def step(self, *args, **kwargs):
-        grads = [p.grad for group in self.param_groups for p in group["params"]
-                 if p.grad is not None]  # fmt: skip
-        norms.append(float(torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g) for g in grads]))))  # fmt: skip
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    norms = torch_step_norms(monkeypatch)
     train, start = _tiny_setup()
     model = atorch.TinyTransformer(11, 8, 2, 1, 10)
     atorch.set_params(model, start)
     atorch.train_tiny(model, train, 3, 8, 0.01, clip_norm=CLIP)
-    assert len(norms) == 3
-    assert max(norms) <= CLIP * (1 + 1e-4), norms
-    assert min(norms) > CLIP / 2, norms  # clipped to the norm, not zeroed
+    assert_clipped(norms(), CLIP, steps=3)
 
 
 def test_tf_train_tiny_clips_the_global_gradient_norm(monkeypatch):
     """train_tiny: tf.clip_by_global_norm(grads, clip_norm) in the compiled
     step before apply_gradients. Mutant: the clip removed."""
-
-    class Recording(keras.optimizers.Adam):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.norms = tf.Variable(tf.zeros(8), trainable=False)
-            self.count = tf.Variable(0, trainable=False)
-
-        def apply_gradients(self, grads_and_vars):
-            pairs = list(grads_and_vars)
-            norm = tf.linalg.global_norm([g for g, _ in pairs])
-            self.norms.scatter_nd_update([[self.count]], [norm])
-            self.count.assign_add(1)
-            return super().apply_gradients(pairs)
-
-    made = []
-
-    def adam(*args, **kwargs):
-        made.append(Recording(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(keras.optimizers, "Adam", adam)
+    norms = tf_step_norms(monkeypatch)
     train, start = _tiny_setup()
     model = atf.TinyTransformer(11, 8, 2, 1, 10)
     atf.set_params(model, start)
     atf.train_tiny(model, train, 3, 8, 0.01, clip_norm=CLIP)
-    (optimizer,) = made
-    assert int(optimizer.count.numpy()) == 3
-    norms = optimizer.norms.numpy()[:3]
-    assert norms.max() <= CLIP * (1 + 1e-4), norms
-    assert norms.min() > CLIP / 2, norms
+    assert_clipped(norms(), CLIP, steps=3)
