@@ -18,7 +18,7 @@ pytest.register_assert_rewrite("support")
 
 # the browser fixtures (browser, new_web, web, site_url) for tests/e2e, and the
 # built book (session fixture ``site``)
-pytest_plugins = ["support.browser"]
+pytest_plugins = ["support.browser", "support.leftovers"]
 
 from support.ci import skip_or_fail  # noqa: E402
 from support.site import site  # noqa: E402,F401

@@ -77,6 +77,10 @@ def main(argv=None) -> int:
         print(f"durations: no report at {args.report}", file=sys.stderr)
         return 1
     text = tables(cases(args.report), args.top)
+    # the processes that test modules left running (tests/support/leftovers.py)
+    leftovers = args.report.parent / "leftovers.md"
+    if leftovers.is_file():
+        text += "\n" + leftovers.read_text()
     print(text)
     if args.md:
         args.md.write_text(text)
