@@ -16,9 +16,10 @@ import attncourse  # noqa: F401  (quiet TF before it is imported)
 
 pytest.register_assert_rewrite("support")
 
-# the browser fixtures (browser, new_web, web, site_url) for tests/e2e, and the
-# built book (session fixture ``site``)
-pytest_plugins = ["support.browser", "support.leftovers"]
+# the browser fixtures (browser, new_web, web, site_url) for tests/e2e; the
+# processes each module leaves running (a report); the whole-course grading run
+# (session fixture ``course_batch``); the built book (session fixture ``site``)
+pytest_plugins = ["support.browser", "support.leftovers", "support.course_batch"]
 
 from support.ci import skip_or_fail  # noqa: E402
 from support.site import site  # noqa: E402,F401

@@ -1,6 +1,7 @@
 """The exercises through the real nbgrader CLI, end to end.
 
-A temporary copy of the course is graded with the documented batch command,
+A temporary copy of the course is graded once per test session
+(``support.course_batch``) with the documented batch command,
 ``python -m grader grade --workers 2`` (nbgrader
 generate_assignment, autograde on an embedded Dask cluster of two workers --
 one per CPU core, one task per submission --, generate_feedback, export):
@@ -10,10 +11,10 @@ reference solution, the unmodified release, two students with one typical
 TensorFlow bug and one typical PyTorch bug each (test_exercises_bugs.BUGS:
 students bug1 and bug2 carry the six mistakes the feedback must name --
 missing 1/sqrt(d_k), softmax over the wrong axis, inverted mask, transposed
-weights, forgotten output projection, wrong head split -- and more; bug3 runs
-in process only, to keep this module within its time budget), and, for
-key-value-masking, a correct solution that writes framework warnings to
-stderr. The repository is not touched.
+weights, forgotten output projection, wrong head split -- and more; bug3 a third),
+and, for key-value-masking, a correct solution that writes framework
+warnings to stderr; other modules' students of one assignment are graded in
+the same run (``BATCH_STUDENTS``). The repository is not touched.
 """
 
 import csv
@@ -21,11 +22,9 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from support import run_grader
 from support.grading import (
     BUGS,
     ROOT,
@@ -33,7 +32,6 @@ from support.grading import (
     WARNING_EDITS,
     environment,
     expected_lost,
-    make_course,
     points,
     read_scores,
 )
@@ -44,9 +42,10 @@ from grader.assignments import ASSIGNMENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
-GROUPS = (tuple(ASSIGNMENTS),)  # one course copy with every assignment
-WORKERS = 2
-TIMEOUT = 1500  # seconds for one copy's whole batch
+# the session's whole-course run (support.course_batch) grades every assignment
+# once; other modules add their own students of one assignment to it
+BATCH_ASSIGNMENTS = tuple(ASSIGNMENTS)
+WORKERS = 2  # support.course_batch.WORKERS
 # STUDENTS (support.grading): every catalogue student make_course submits,
 # bug1..bug3; the run grades them all, so all are asserted (the separate
 # end-to-end run of sparse-linear-attention graded the same notebooks again)
@@ -61,33 +60,8 @@ NAMED = {
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    base = tmp_path_factory.mktemp("courses")
-    roots = [base / f"course{i}" for i in range(len(GROUPS))]
-    for root, group in zip(roots, GROUPS, strict=True):
-        make_course(root, group)
-    start = time.monotonic()
-    running = [
-        run_grader.start(root, "--workers", str(WORKERS), timeout=TIMEOUT)
-        for root in roots
-    ]
-    codes = {run.root: run.wait().code for run in running}
-    elapsed = time.monotonic() - start
-    print(f"\nbatch grading of {len(ASSIGNMENTS)} assignments: {elapsed:.0f} s")
-    result = {
-        "roots": roots,
-        "codes": codes,
-        "scores": {},
-        "feedback": {},
-        "elapsed": elapsed,
-    }
-    for root in roots:
-        result["scores"].update(read_scores(root))
-        for page in (root / "feedback").glob("*/*/*.html"):
-            result["feedback"][page.parent.name, page.parent.parent.name] = (
-                leaks.html_text(page)
-            )
-    return result
+def graded(course_batch):
+    return course_batch
 
 
 def log_tail(root: Path) -> str:
