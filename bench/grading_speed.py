@@ -69,8 +69,8 @@ import measure  # noqa: E402  (bench/ is not a package: the script's folder)
 from grader import events  # noqa: E402
 from grader import notebooks as nbs  # noqa: E402
 from grader.assignments import ASSIGNMENTS  # noqa: E402
+from grader.locks import kernel_env  # noqa: E402
 from grader.nbgrader_cli import path_with_this_python  # noqa: E402
-from grader.parallel import kernel_env  # noqa: E402
 
 QUIET = {
     "TF_CPP_MIN_LOG_LEVEL": "3",

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from grader import assignments, reference
-from grader.core import ATOL, GRAD_ATOL
+from grader.checks import ATOL, GRAD_ATOL
 
 TOLERANCE = 1e-6
 ROOT = Path(__file__).resolve().parents[1]

@@ -59,7 +59,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from grader import events as _events
-from grader import parallel, staging
+from grader import locks, staging
 
 EVENTS = "attncourse-grading"  # Dask event topic: a worker started a task
 SCHEDULER_ENV = "GRADER_SCHEDULER"
@@ -156,7 +156,7 @@ def worker_problem(version: str, sandboxed: bool, db_url: str) -> str | None:
         problem = sandbox.check_available()
         if problem:
             return f"it cannot start the sandbox: {problem}"
-    path = parallel.sqlite_path(db_url)
+    path = locks.sqlite_path(db_url)
     if path is not None and not path.exists():
         return (
             f"it cannot reach the gradebook {db_url} (use PostgreSQL across machines)"
@@ -223,7 +223,7 @@ def _grade_in(tmp: Path, task: Task) -> dict:
         state, run, [staging.Staged(task.student, task.assignment, notebook)]
     )
     config = nbgrader_config(task, state, out, feedback)
-    os.environ.update(parallel.kernel_env())
+    os.environ.update(locks.kernel_env())
     os.environ["GRADER_GRADE_ALL"] = "1"
     os.environ[staging.RUN_ENV] = run
     from nbgrader.apps.autogradeapp import Autograde

@@ -12,7 +12,7 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 
 0. refuse to start while another run grades this course folder (a lock in
    the grading state) or, with a PostgreSQL gradebook, this course on any
-   machine (``grader.parallel.hold_gradebook_run``); check that a bubblewrap
+   machine (``grader.locks.hold_gradebook_run``); check that a bubblewrap
    sandbox can be started
    (otherwise stop, unless ``--no-sandbox``: then every kernel runs
    unsandboxed -- UNSAFE for untrusted code -- and every submission is
@@ -22,7 +22,7 @@ this from anywhere. Steps (with assignment ids given, "*" is replaced by each):
 2. ``nbgrader generate_assignment "*" --force`` -- records the current hidden
    tests in gradebook.db (autograde restores them from there) and refreshes
    the release; this step, and creating the students' rows, hold a lock on the
-   gradebook (``grader.parallel``), so graders sharing one
+   gradebook (``grader.locks``), so graders sharing one
    PostgreSQL gradebook (``NBGRADER_DB_URL``) can run at the same time on
    different students;
 3. stage the submissions (``grader.staging``): unreadable,
@@ -69,7 +69,7 @@ import time
 from pathlib import Path
 
 from grader import build_references as references
-from grader import cluster, dispatch, events, leaks, parallel, report, sandbox, staging
+from grader import cluster, dispatch, events, leaks, locks, report, sandbox, staging
 from grader.nbgrader_cli import ROOT, assignments_in, nbgrader
 
 BANNER = "!" * 78
@@ -407,13 +407,13 @@ def write_report(args, root, state, settings, staged, steps, summary) -> dict:
 
 def take_run_locks(settings: dict, state: Path):
     """This course folder's lock and, with a PostgreSQL gradebook, the lock of
-    this course in it (``grader.parallel``); None, said why, if either is held."""
+    this course in it (``grader.locks``); None, said why, if either is held."""
     try:
         return (
-            parallel.hold_course_lock(state),
-            parallel.hold_gradebook_run(settings["db_url"], settings["course_id"]),
+            locks.hold_course_lock(state),
+            locks.hold_gradebook_run(settings["db_url"], settings["course_id"]),
         )
-    except parallel.CourseBusy as exc:
+    except locks.CourseBusy as exc:
         print(
             f"{BANNER}\nERROR: {exc}. Nothing was graded; run again when it has "
             f"finished.\n{BANNER}",
@@ -443,8 +443,8 @@ def stage(args, root, state, todo, db, course) -> list:
     for s in staged:
         if s.notebook is None:
             events.clear(state, s.assignment, s.student, ("execute", "verdicts"))
-    with parallel.gradebook_lock(db):
-        parallel.ensure_students(db, course, {s.student for s in staged})
+    with locks.gradebook_lock(db):
+        locks.ensure_students(db, course, {s.student for s in staged})
     return staged
 
 
@@ -453,11 +453,11 @@ def main(argv=None) -> int:
     steps = Steps()
     root = args.root.resolve()
     os.environ["GRADER_GRADE_ALL"] = "1"  # inherited by nbgrader
-    os.environ.update(parallel.kernel_env())  # one thread per student kernel
+    os.environ.update(locks.kernel_env())  # one thread per student kernel
     settings = course_config(root)
     state = Path(settings["state_dir"])
-    locks = take_run_locks(settings, state)  # noqa: F841  (held until the end)
-    if locks is None:
+    held = take_run_locks(settings, state)  # noqa: F841  (held until the end)
+    if held is None:
         return 2
     overrides = limit_overrides(args, settings)
     if not sandbox_ready(args, settings):
@@ -479,7 +479,7 @@ def main(argv=None) -> int:
     # one nbgrader process per step: "*" covers every assignment at once
     batch = ["*"] if not args.assignments else todo
     db, course = settings["db_url"], settings["course_id"]
-    with steps("generate"), parallel.gradebook_lock(db):
+    with steps("generate"), locks.gradebook_lock(db):
         for assignment in batch:
             nbgrader(root, "generate_assignment", assignment, "--force")
 

@@ -9,7 +9,7 @@ and for a notebook run by hand beside the grader's files, never in a sandbox
 
 from grader import assignments
 from grader import reference as _reference
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel.errors import GradingError, internal_error
 from grader.kernel.recorder import observe, run_def
 

@@ -24,7 +24,7 @@ notebook. For every cell it
    flagged ``tampered``;
 3. for a hidden test cell -- one that calls ``check("<id>", "<check>", "<fw>")``
    -- takes the results the kernel recorded (``grader.kernel.observations``),
-   exactly one per call, and judges them with ``grader.core.verdict`` against the
+   exactly one per call, and judges them with ``grader.checks.verdict`` against the
    expected outputs computed here for this grading run's inputs
    (``resources["attncourse"]["reference"]``, from ``GuardedExecute``). A wrong
    result gets the GradingError output a student would have seen from an
@@ -46,7 +46,7 @@ from traitlets import Unicode
 
 from grader import events as _events
 from grader import judging
-from grader.core import verdict
+from grader.checks import verdict
 from grader.guard import error_output
 from grader.kernel.errors import GradingError
 from grader.kernel.observations import load_payload, ours, parse_observation

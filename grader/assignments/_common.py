@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from grader.core import Check
+from grader.checks import Check
 
 
 def rng(seed: int) -> np.random.Generator:

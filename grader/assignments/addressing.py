@@ -10,7 +10,7 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import rng
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.addressing import RUNS, TARGETS
 from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 

@@ -47,7 +47,7 @@ from grader.assignments.mistakes import (
     missing_scale,
     softmax_axis,
 )
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.attention_cost import (
     ATTENTION,
     BUDGET_MIB,

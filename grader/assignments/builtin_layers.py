@@ -29,7 +29,7 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import layer_checks, rng
-from grader.core import Variant
+from grader.checks import Variant
 from grader.kernel.runners.builtin_layers import (
     BATCH,
     BIASES,

@@ -26,7 +26,7 @@ import numpy as np
 from grader import numeric
 from grader.assignments._common import layer_checks, rng
 from grader.assignments.mistakes import inverted_mask, mask_added, mask_zero_fill
-from grader.core import Variant
+from grader.checks import Variant
 from grader.kernel.runners.cross_attention_seq2seq import (
     ATTN_DIM,
     EMBED_DIM,

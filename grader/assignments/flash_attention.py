@@ -37,7 +37,7 @@ import numpy as np
 from grader import numeric
 from grader.assignments._common import rng
 from grader.assignments.mistakes import missing_scale
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.flash_attention import (
     BLOCK,
     HEAD_DIM,

@@ -23,7 +23,7 @@ from grader.assignments.mistakes import (
     missing_scale,
     softmax_axis,
 )
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.key_value_masking import ATTN_TARGETS, MASK_TARGETS, RUNS
 from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 

@@ -30,7 +30,7 @@ import numpy as np
 from grader import numeric
 from grader.assignments._common import rng
 from grader.assignments.mistakes import missing_scale
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.kv_cache import D_HEAD, D_MODEL, RUNS, TARGETS, WEIGHTS
 from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 

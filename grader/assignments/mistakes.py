@@ -8,7 +8,7 @@ computes the wrong result, and the names its interface uses (the scale's
 symbol, the mask's argument), so the hint speaks the exercise's words.
 """
 
-from grader.core import Variant
+from grader.checks import Variant
 
 FILL = "masked_fill(~mask, -1e9) / tf.where(mask, scores, -1e9)"
 

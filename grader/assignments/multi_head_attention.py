@@ -32,7 +32,7 @@ from grader.assignments.mistakes import (
     scale_after_softmax,
     softmax_axis,
 )
-from grader.core import Variant
+from grader.checks import Variant
 from grader.kernel.runners.multi_head_attention import (
     D_MODEL,
     N_K,

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from grader.assignments._common import rng
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.positions import (
     RAISED_OTHER,
     RAISED_VALUE_ERROR,

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from grader.assignments._common import rng
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.scoring_functions import FUNCTIONS, RUNS
 from grader.provenance import BUILTIN_ATTENTION, COURSE_ATTENTION
 

@@ -29,7 +29,7 @@ from grader.assignments.mistakes import (
     scale_after_softmax,
     softmax_axis,
 )
-from grader.core import Variant
+from grader.checks import Variant
 from grader.kernel.runners.self_attention import (
     D_K,
     D_V,

@@ -35,7 +35,7 @@ import numpy as np
 
 from grader.assignments._common import rng
 from grader.assignments.mistakes import missing_scale
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.sparse_linear_attention import (
     CHUNK,
     LINEAR_DIM,

@@ -30,7 +30,7 @@ import numpy as np
 
 from grader import numeric
 from grader.assignments._common import rng
-from grader.core import Check, Variant
+from grader.checks import Check, Variant
 from grader.kernel.runners.tiny_transformer import (
     ERRORS,
     FIND,

@@ -36,7 +36,7 @@ from grader.assignments.mistakes import (
     missing_scale,
     softmax_axis,
 )
-from grader.core import Variant
+from grader.checks import Variant
 from grader.kernel.runners.transformer_block import (
     D_FF,
     D_MODEL,

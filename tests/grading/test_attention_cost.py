@@ -39,10 +39,10 @@ from support.ci import skip_or_fail
 from support.grading import student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
-from grader import core, provenance, sandbox
+from grader import checks, provenance, sandbox
 from grader.assignments import attention_cost as task
 from grader.build_references import check_variants
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel.errors import GradingError
 from grader.kernel.runners import attention_cost as runner
 from grader.kernel.runners import flash_attention as caps
@@ -168,12 +168,12 @@ def test_grader_reference_for_the_memory_case_stays_small_and_counts_every_row()
     assert task.CHECKS["memory"].variants == ()
     full = task.direct_long(CASES["long"])
     seed = CASES["long"]["seed"]
-    assert core._close(runner.mixed(full, seed)["outputs"], exp["outputs"], "outputs")
+    assert checks._close(runner.mixed(full, seed)["outputs"], exp["outputs"], "outputs")
     for head, row in ((0, 0), (0, runner.LENGTH // 2), (0, runner.LENGTH - 1)):
         changed = full.copy()
         changed[0, head, row] = 0.0
         value = runner.mixed(changed, seed)["outputs"]
-        assert not core._close(value, exp["outputs"], "outputs"), (head, row)
+        assert not checks._close(value, exp["outputs"], "outputs"), (head, row)
 
 
 @pytest.mark.slow

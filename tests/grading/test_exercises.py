@@ -20,7 +20,7 @@ from grader import leaks, reference
 from grader import notebooks as nbs
 from grader.assignments import ASSIGNMENTS
 from grader.build_references import build, differences
-from grader.core import verdict
+from grader.checks import verdict
 from grader.hooks import hidden_dirs, strip_hidden
 from grader.kernel.errors import GradingError, call_student
 from grader.noise import STDERR_NOISE, is_noise

@@ -28,7 +28,7 @@ from support.grading import (
 import attncourse  # noqa: F401  (quiet TF first)
 from grader import assignments as tasks
 from grader import leaks
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel.errors import GradingError, call_student, explain
 
 # every student notebook of the catalogue (the CLI test grades only a few)

@@ -28,10 +28,10 @@ import torch
 from support.grading import student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
-from grader import core, provenance, sandbox
+from grader import checks, provenance, sandbox
 from grader.assignments import flash_attention as task
 from grader.build_references import check_variants
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel.errors import GradingError
 from grader.kernel.runners import flash_attention as runner
 
@@ -205,13 +205,13 @@ def test_grader_reference_for_the_long_case_stays_small():
     full = task.direct(inputs)
     assert full["outputs"].shape == (1, runner.LENGTH, runner.HEAD_DIM)
     for key, value in runner.mixed(full, inputs["seed"]).items():
-        assert core._close(value, expected[key], key)
+        assert checks._close(value, expected[key], key)
     for row in (0, runner.LENGTH // 2, runner.LENGTH - 1):
         for key in task.COMPARE:
             changed = {k: v.copy() for k, v in full.items()}
             changed[key][0, row] = 0.0
             value = runner.mixed(changed, inputs["seed"])[key]
-            assert not core._close(value, expected[key], key), (row, key)
+            assert not checks._close(value, expected[key], key), (row, key)
     # some rows, computed another way: the tiled algorithm on those rows
     sub = {**inputs, "rows": task.long_rows(inputs)}
     want = task.direct(sub)

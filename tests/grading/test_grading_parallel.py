@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import cluster, events, parallel
+from grader import cluster, events, locks
 from grader.nbgrader_cli import nbgrader_command
 
 BIN = str(Path(sys.executable).parent)
@@ -134,31 +134,31 @@ def test_a_workers_log_sections_replace_the_same_phases(tmp_path):
 
 
 def test_kernels_get_one_thread_unless_the_grader_says_otherwise():
-    env = parallel.kernel_env(base={"OMP_NUM_THREADS": "3", "PATH": "/bin"})
+    env = locks.kernel_env(base={"OMP_NUM_THREADS": "3", "PATH": "/bin"})
     assert env["OMP_NUM_THREADS"] == "3"  # set by the instructor: kept
     assert env["PATH"] == "/bin"
-    for var in parallel.THREAD_VARS[1:]:
+    for var in locks.THREAD_VARS[1:]:
         assert env[var] == "1"
     from grader import sandbox
 
-    assert set(parallel.THREAD_VARS) <= set(sandbox.PASS_ENV)  # reach the kernel
+    assert set(locks.THREAD_VARS) <= set(sandbox.PASS_ENV)  # reach the kernel
 
 
 def test_database_urls():
-    assert parallel.is_postgres("postgresql+psycopg2://u@h:5432/db")
-    assert parallel.is_postgres("postgresql://u@h/db")
-    assert not parallel.is_postgres("sqlite:///gradebook.db")
-    assert parallel.sqlite_path("sqlite:////course/gradebook.db") == Path(
+    assert locks.is_postgres("postgresql+psycopg2://u@h:5432/db")
+    assert locks.is_postgres("postgresql://u@h/db")
+    assert not locks.is_postgres("sqlite:///gradebook.db")
+    assert locks.sqlite_path("sqlite:////course/gradebook.db") == Path(
         "/course/gradebook.db"
     )
-    assert parallel.sqlite_path("sqlite:///:memory:") is None
-    assert parallel.sqlite_path("postgresql://u@h/db") is None
+    assert locks.sqlite_path("sqlite:///:memory:") is None
+    assert locks.sqlite_path("postgresql://u@h/db") is None
 
 
 HOLD = """
 import sys, time
-from grader import parallel
-with parallel.gradebook_lock(sys.argv[1]):
+from grader import locks
+with locks.gradebook_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
     print("releasing", time.monotonic(), flush=True)  # still held here
@@ -171,7 +171,7 @@ def test_sqlite_lock_makes_a_second_grader_wait(tmp_path):
         [sys.executable, "-c", HOLD, url, "2"], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout.readline().strip() == "locked"
-    with parallel.gradebook_lock(url):
+    with locks.gradebook_lock(url):
         got = time.monotonic()  # CLOCK_MONOTONIC: one clock for both processes
     holder.wait(timeout=30)
     word, released = holder.stdout.readline().split()
@@ -186,7 +186,7 @@ def test_sqlite_lock_makes_a_second_grader_wait(tmp_path):
         )
         try:
             assert holder.stdout.readline().strip() == "locked"
-            with parallel.gradebook_lock(url, timeout=0.5):
+            with locks.gradebook_lock(url, timeout=0.5):
                 pass
         finally:
             holder.kill()
@@ -200,8 +200,8 @@ def test_ensure_students_creates_missing_rows_only(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     with Gradebook(url, "c") as gb:
         gb.add_student("alice", first_name="Alice")
-    parallel.ensure_students(url, "c", ["alice", "bob", "bob"])
-    parallel.ensure_students(url, "c", ["bob"])
+    locks.ensure_students(url, "c", ["alice", "bob", "bob"])
+    locks.ensure_students(url, "c", ["bob"])
     with Gradebook(url, "c") as gb:
         assert sorted(s.id for s in gb.students) == ["alice", "bob"]
         assert gb.find_student("alice").first_name == "Alice"  # untouched
@@ -243,8 +243,8 @@ def test_nbgrader_runs_without_the_slow_optional_import():
 
 HOLD_COURSE = """
 import sys, time
-from grader import parallel
-handle = parallel.hold_course_lock(sys.argv[1])
+from grader import locks
+handle = locks.hold_course_lock(sys.argv[1])
 print("locked", flush=True)
 time.sleep(60)
 """
@@ -264,8 +264,8 @@ def test_a_second_grading_run_on_one_course_is_refused(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(parallel.CourseBusy, match=f"pid {holder.pid}"):
-            parallel.hold_course_lock(state)
+        with pytest.raises(locks.CourseBusy, match=f"pid {holder.pid}"):
+            locks.hold_course_lock(state)
         run = subprocess.run(
             [sys.executable, "-m", "grader", "grade", "--root", str(course)],
             capture_output=True,
@@ -281,7 +281,7 @@ def test_a_second_grading_run_on_one_course_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     # the lock goes with the process that held it
-    handle = parallel.hold_course_lock(state)
+    handle = locks.hold_course_lock(state)
     handle.close()
 
 

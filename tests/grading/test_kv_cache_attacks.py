@@ -21,7 +21,7 @@ from support.grading import student_solutions
 import attncourse  # noqa: F401  (quiet TF first)
 from grader import provenance
 from grader.assignments import kv_cache as task
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel.errors import GradingError
 from grader.kernel.runners import kv_cache as runner
 

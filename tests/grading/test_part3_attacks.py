@@ -33,7 +33,7 @@ from support.grading import student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
 from grader.assignments import kv_cache, positions, tiny_transformer, transformer_block
-from grader.core import verdict
+from grader.checks import verdict
 from grader.kernel import probe as probe_module
 from grader.kernel.errors import GradingError
 from grader.kernel.observations import observation_payload, parse_observation

@@ -34,10 +34,10 @@ import torch
 from support.grading import student_solutions
 
 import attncourse  # noqa: F401  (quiet TF first)
-from grader import core, provenance, sandbox
+from grader import checks, provenance, sandbox
 from grader.assignments import sparse_linear_attention as task
 from grader.build_references import check_variants
-from grader.core import ATOL, verdict
+from grader.checks import ATOL, verdict
 from grader.kernel.errors import GradingError
 from grader.kernel.runners import sparse_linear_attention as runner
 from grader.kernel.runners.flash_attention import mapped_bytes
@@ -243,12 +243,12 @@ def test_grader_reference_for_the_long_cases_stays_small():
     inputs = CASES["window_long"]
     full = task.window_dense(inputs)["outputs"]
     want = task.expected("window_long", inputs)["outputs"]
-    assert core._close(runner.mixed(full, inputs["seed"])["outputs"], want, "outputs")
+    assert checks._close(runner.mixed(full, inputs["seed"])["outputs"], want, "outputs")
     for row in (0, runner.WINDOW_LENGTH // 2, runner.WINDOW_LENGTH - 1):
         changed = full.copy()
         changed[0, row] = 0.0
         got = runner.mixed(changed, inputs["seed"])["outputs"]
-        assert not core._close(got, want, "outputs"), row
+        assert not checks._close(got, want, "outputs"), row
 
 
 def test_references_agree_with_the_definitions_written_as_loops():
