@@ -8,7 +8,7 @@ attention computed within a memory budget.
   index of the leading axes (batch, heads), of the inputs' itemsize;
 * budget_chunk_tf / budget_chunk_torch(queries, keys, budget_mib) -> the
   largest number of query rows whose 2 forward tables fit within
-  budget_mib, at most n_q; ValueError naming the budget and the one-row size
+  budget_mib, at most n_q; ValueError (its type graded, not its wording)
   when not even one row fits;
 * budgeted_attention_tf / budgeted_attention_torch(queries, keys, values,
   budget_mib, mask=None) -> softmax(q k^T / sqrt(d), mask) v computed
@@ -20,7 +20,7 @@ attention computed within a memory budget.
 Checks: ``table`` (fresh shapes, 1 or 2 leading axes, float16/32/64, the
 backward flag; realistic lengths), ``chunk`` (budgets between whole rows,
 on an exact boundary, one row exactly, more than n_q rows; budgets below
-one row: the ValueError, whose message the runner reads), ``values``
+one row: a ValueError, its type and not its wording), ``values``
 (against float64 NumPy: uneven last chunks, masks of every broadcast shape
 with a fully masked row, float64 inputs, a budget of one row, a budget
 larger than the whole table), ``memory`` (batch 1, 1 head, n = 34,816 with

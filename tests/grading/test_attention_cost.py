@@ -9,8 +9,8 @@
   small, and every row counts (the kernel is told no rows);
 * budget_chunk's edges: the exact boundaries are exact binary fractions (no
   honest rounding decides), integral floats are accepted and fractional ones
-  named, the ValueError's message is read in MiB, KiB or bytes and however
-  it is rounded, a vague one (or one padded with numbers) is named;
+  named; any ValueError is the answer where nothing fits (its wording is
+  not graded), another exception there is named;
 * the student's odd values (inf, NaN, 1e30 rows; an object whose shape
   raises) are named as theirs, never as the grader's failure;
 * honest variations (the course's masked_softmax, floats floored, a
@@ -258,61 +258,29 @@ def chunk_fn(message=None, value=None):
     "message",
     [
         lambda b, row: f"budget {b} MiB < one row ({row / MiB} MiB)",
-        lambda b, row: f"{b:.2f} MiB is less than {row / MiB:.2f} MiB per row",
-        lambda b, row: f"need {row / 1024:.0f} KiB for a row, the budget is {b:.1f}",
         lambda b, row: f"one row takes {row:,} bytes; budget_mib={b}",
-        lambda b, row: f"row needs {row / MiB:.1f} MiB but budget is {b} MiB",
-        # both sizes in bytes, or both in KiB (the budget read in any unit)
-        lambda b, row: f"{b * MiB:,.0f} bytes < {row:,} bytes",
-        lambda b, row: f"budget {b * 1024:g} KiB, one row {row / 1024:g} KiB",
+        # the wording is not graded: a terse or padded message passes too
+        lambda b, row: "budget too small",
+        lambda b, row: "",
+        lambda b, row: ", ".join(f"{x / 4:g}" for x in range(1, 150)),
     ],
 )
-def test_honest_error_messages_are_read(message):
+def test_any_value_error_is_the_answer_whatever_it_says(message):
     judge("chunk", chunk_fn(message))
 
 
-def test_a_vague_or_wrong_kind_of_error_is_named():
-    with pytest.raises(GradingError, match=r"\(error-message-vague\)") as err:
-        judge("chunk", chunk_fn(lambda b, row: f"budget {b} MiB too small"))
-    assert "the size of one row" in str(err.value)
+@pytest.mark.parametrize("kind", [AssertionError, RuntimeError, MemoryError])
+def test_another_exception_where_nothing_fits_is_named(kind):
     honest = namespace("torch")["budget_chunk_torch"]
 
-    def asserting(q, k, budget_mib):
-        rows = honest(q, k, 10**6)
-        assert budget_mib * MiB >= 2 * math.prod(q.shape[:-2]) * k.shape[-2] * 4
-        return rows
-
-    with pytest.raises(GradingError, match=r"raise ValueError \(not AssertionError\)"):
-        judge("chunk", {"budget_chunk_torch": asserting}, cases=("chunk_errors",))
-
-
-def test_a_message_padded_with_numbers_names_nothing():
-    def padded(b, row):
-        return f"budget {b} MiB too small: " + ", ".join(
-            f"{x / 4:g}" for x in range(1, 150)
-        )
-
-    with pytest.raises(GradingError, match=r"\(error-message-vague\)") as err:
-        judge("chunk", chunk_fn(padded), cases=("chunk_errors",))
-    assert "different numbers" in str(err.value)
-
-
-def test_a_detailed_honest_message_is_read():
-    """Both sizes in two units and the row's factors: 7 different numbers."""
-    honest = namespace("torch")["budget_chunk_torch"]
-
-    def budget_chunk_torch(q, k, budget_mib):
-        lead, item = math.prod(q.shape[:-2]), q.element_size()
-        row = 2 * lead * k.shape[-2] * item
-        if budget_mib * MiB < row:
-            raise ValueError(
-                f"budget {budget_mib} MiB ({budget_mib * MiB:,.0f} bytes) < one "
-                f"row: 2 tables x {lead} x {k.shape[-2]} keys x {item} bytes = "
-                f"{row / MiB} MiB ({row:,} bytes)"
-            )
+    def raising(q, k, budget_mib):
+        if budget_mib * MiB < 2 * math.prod(q.shape[:-2]) * k.shape[-2] * 4:
+            raise kind("budget too small")
         return honest(q, k, budget_mib)
 
-    judge("chunk", {"budget_chunk_torch": budget_chunk_torch})
+    with pytest.raises(GradingError, match=r"\(wrong-exception\)") as err:
+        judge("chunk", {"budget_chunk_torch": raising}, cases=("chunk_errors",))
+    assert f"not {kind.__name__}" in str(err.value)
 
 
 @pytest.mark.parametrize(

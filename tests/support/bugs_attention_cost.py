@@ -21,10 +21,7 @@ def part(fw, *checks):
 
 ROWS_TF = "    rows = int(budget_mib * 2**20) // row_bytes  # whole bytes, rounded down"
 ROWS_TORCH = ROWS_TF
-MESSAGE = (
-    '            f"a budget of {budget_mib} MiB is below one query row\'s tables "\n'
-    '            f"({row_bytes / 2**20} MiB)"\n'
-)
+RAISE = "        raise ValueError(\n"
 TF_MULTIPLY = (
     "        if rows_mask is not None:  # a fully masked row: zeros, not uniform\n"
     "            weights = weights * tf.cast(rows_mask, weights.dtype)\n"
@@ -224,14 +221,14 @@ ROWS = [
         part("tf", *CHUNK),
         "no-error-when-nothing-fits",
     ),
-    # a ValueError that says nothing the learner can act on
+    # an assert instead of the ValueError the interface asks for
     (
         A,
         "bug9",
         "torch",
-        [(MESSAGE, '            "budget too small"\n')],
-        part("torch", "hidden-chunk"),
-        "error-message-vague",
+        [(RAISE, "        assert False, (\n")],
+        part("torch", *CHUNK),
+        "wrong-exception",
     ),
     # a fractional number of rows: range() refuses it in budgeted_attention
     (
