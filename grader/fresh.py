@@ -4,7 +4,7 @@ The committed reference file (``solutions/<id>/hidden/reference.npz``) has
 fixed inputs; anyone who ever saw it -- or the trial run that leaked it -- could
 return its outputs without computing anything. Sandboxed grading therefore
 draws *new* inputs for every (assignment, student) from the task's own
-``make_cases()`` with another seed, computes the expected outputs with the
+``make_cases(seed)`` with another seed, computes the expected outputs with the
 task's float64 reference (``expected``), and checks that every known mistake is
 still distinguishable on them (``references.check_variants``; if not, the next
 seed is tried). Only the inputs go to the kernel; the expected outputs stay in
@@ -57,19 +57,14 @@ def draw(assignment: str, seed: int) -> dict:
     """Reference arrays (inputs and expected outputs) of ``assignment`` for a seed
     at or after ``seed`` on which every known mistake stays distinguishable."""
     module = assignments.get(assignment)
-    original = module.SEED  # make_cases() reads the module's SEED
-    try:
-        for attempt in range(ATTEMPTS):
-            module.SEED = seed + attempt
-            cases = module.make_cases()
-            expected = {c: module.expected(c, inputs) for c, inputs in cases.items()}
-            try:
-                references.check_variants(module, cases, expected)
-            except AssertionError:
-                continue
-            return reference.pack(module.NAME, seed + attempt, cases, expected)
-    finally:
-        module.SEED = original
+    for attempt in range(ATTEMPTS):
+        cases = module.make_cases(seed + attempt)
+        expected = {c: module.expected(c, inputs) for c, inputs in cases.items()}
+        try:
+            references.check_variants(module, cases, expected)
+        except AssertionError:
+            continue
+        return reference.pack(module.NAME, seed + attempt, cases, expected)
     raise RuntimeError(
         f"{assignment}: no seed from {seed} on keeps every known "
         f"mistake distinguishable"

@@ -1,6 +1,7 @@
 """The assignments, in course order: id -> module with the checks.
 
-Each module defines NAME, SEED, make_cases() (inputs per case, deterministic),
+Each module defines NAME, SEED (the committed reference's seed),
+make_cases(seed=SEED) (inputs per case, deterministic for a seed),
 expected(case, inputs) (the float64 reference), CHECKS (name -> Check) and
 crosscheck(case, inputs, expected) (agreement with the attncourse library).
 """

@@ -21,8 +21,8 @@ SEED = 1001
 FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
-def make_cases() -> dict:
-    r = rng(SEED)
+def make_cases(seed: int = SEED) -> dict:
+    r = rng(seed)
     return {
         "main": {
             "queries": r.normal(size=(2, 3, 4)),

@@ -35,8 +35,8 @@ FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 PAD = 1
 
 
-def make_cases() -> dict:
-    r = rng(SEED)
+def make_cases(seed: int = SEED) -> dict:
+    r = rng(seed)
     lengths = np.array([6, 4, 1])
     ids = r.integers(2, 50, size=(3, 6))
     ids = np.where(numeric.lengths_mask(lengths, 6), ids, PAD).astype(np.int64)

@@ -25,8 +25,8 @@ SEED = 2002
 FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
-def make_cases() -> dict:
-    r = rng(SEED)
+def make_cases(seed: int = SEED) -> dict:
+    r = rng(seed)
     d_q, d_k, h = 5, 3, 6
     additive = {
         "queries": r.normal(size=(2, 3, d_q)),

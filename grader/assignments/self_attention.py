@@ -48,8 +48,8 @@ SEED = 5005
 FORBIDDEN = (*COURSE_ATTENTION, *BUILTIN_ATTENTION)
 
 
-def make_cases() -> dict:
-    r = rng(SEED)
+def make_cases(seed: int = SEED) -> dict:
+    r = rng(seed)
     base = {
         "inputs": r.normal(size=(2, SEQ, INPUT_DIM)),
         "W_q": r.normal(size=(INPUT_DIM, D_K)) / math.sqrt(INPUT_DIM),
