@@ -1248,15 +1248,16 @@ def check_flash_mask(mask, scores: Shape, block_q, block_k) -> None:
 
 
 def flash_attention_inputs(
-    queries, keys, values, mask, causal, block_q, block_k, scale
+    queries, keys, values, mask, causal, block_q, block_k, scale, align="top_left"
 ) -> None:
     """attention_inputs with d_q == d_k; block sizes ints >= 1; a bool mask
     broadcastable to (batch, num_queries, num_keys); causal a bool; scale None
-    or a number."""
+    or a number; align one of CAUSAL_ALIGNS."""
     attention_inputs(queries, keys, values, same_feature_size=True)
     check_block_size("block_q", block_q)
     check_block_size("block_k", block_k)
     check_causal_flag(causal)
+    check_causal_align(align)
     check_scale(scale)
     q, k = shape_of(queries), shape_of(keys)
     if mask is not None:
@@ -1275,11 +1276,14 @@ def flash_backward_inputs(
     block_q,
     block_k,
     scale,
+    align="top_left",
 ) -> None:
     """flash_attention_inputs, plus what the forward pass returned -- outputs
     (batch, num_queries, d_v), logsumexp (batch, num_queries) -- and
     grad_outputs shaped like outputs, all of the queries' dtype."""
-    flash_attention_inputs(queries, keys, values, mask, causal, block_q, block_k, scale)
+    flash_attention_inputs(
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
+    )
     q, v = shape_of(queries), shape_of(values)
     expected = {
         "outputs": ((q[0], q[1], v[2]), "(batch, num_queries, d_v)"),
@@ -1293,15 +1297,19 @@ def flash_backward_inputs(
     check_same_dtype(queries=queries, **given)
 
 
-def attention_logsumexp_inputs(queries, keys, mask, causal, scale) -> None:
+def attention_logsumexp_inputs(
+    queries, keys, mask, causal, scale, align="top_left"
+) -> None:
     """Float queries (batch, num_queries, d) and keys (batch, num_keys, d) of
-    one dtype; a bool mask broadcastable to the scores; causal a bool."""
+    one dtype; a bool mask broadcastable to the scores; causal a bool; align
+    one of CAUSAL_ALIGNS."""
     for name, x in (("queries", queries), ("keys", keys)):
         check_float(name, x)
     check_same_dtype(queries=queries, keys=keys)
     q, k = shape_of(queries), shape_of(keys)
     check_qkv(q, k, same_feature_size=True)
     check_causal_flag(causal)
+    check_causal_align(align)
     check_scale(scale)
     if mask is not None:
         check_mask(shape_of(mask), dtype_name(mask), (q[0], q[1], k[1]))
