@@ -848,6 +848,20 @@ def tiny_sizes(vocab_size, d_model, num_heads, num_layers, max_len, positions):
         )
 
 
+def _concrete(x):
+    """x's values as a NumPy array when they are known: eager tensors on any
+    device (a PyTorch GPU tensor is copied to the host first); None for a
+    symbolic tensor or one without data (PyTorch's "meta" device)."""
+    if getattr(x, "is_meta", False):
+        return None
+    if hasattr(x, "detach"):  # torch: np.asarray refuses GPU tensors
+        x = x.detach().cpu()
+    try:
+        return np.asarray(x)
+    except Exception:
+        return None
+
+
 def tiny_tokens(tokens, vocab_size, max_len, positions) -> None:
     """tokens: integer ids (batch, n), n >= 1; with learned positions n <=
     max_len (the table has max_len rows). Values in [0, vocab_size) are
@@ -865,9 +879,8 @@ def tiny_tokens(tokens, vocab_size, max_len, positions) -> None:
             f"the model with max_len >= {n}, or use positions 'sinusoidal', "
             f"'rope', 'alibi' or 'none', which accept any length"
         )
-    try:
-        values = np.asarray(tokens)
-    except Exception:  # a symbolic tensor: nothing concrete to check
+    values = _concrete(tokens)
+    if values is None:  # a symbolic tensor: nothing concrete to check
         return
     if values.size and (values.min() < 0 or values.max() >= vocab_size):
         raise ValueError(
@@ -1031,9 +1044,8 @@ def learned_positions_inputs(x, positions, d_model, max_len) -> None:
             check_positions(shape[1], max_len)
         return
     check_position_ids(positions, shape[1], shape[0])
-    try:
-        values = np.asarray(positions)
-    except Exception:  # a symbolic tensor: nothing concrete to check
+    values = _concrete(positions)
+    if values is None:  # a symbolic tensor: nothing concrete to check
         return
     if values.size:
         check_position_range(int(values.min()), int(values.max()), max_len)
