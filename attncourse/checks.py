@@ -848,6 +848,20 @@ def tiny_sizes(vocab_size, d_model, num_heads, num_layers, max_len, positions):
         )
 
 
+def _concrete(x):
+    """x's values as a NumPy array when they are known: eager tensors on any
+    device (a PyTorch GPU tensor is copied to the host first); None for a
+    symbolic tensor or one without data (PyTorch's "meta" device)."""
+    if getattr(x, "is_meta", False):
+        return None
+    if hasattr(x, "detach"):  # torch: np.asarray refuses GPU tensors
+        x = x.detach().cpu()
+    try:
+        return np.asarray(x)
+    except Exception:
+        return None
+
+
 def tiny_tokens(tokens, vocab_size, max_len, positions) -> None:
     """tokens: integer ids (batch, n), n >= 1; with learned positions n <=
     max_len (the table has max_len rows). Values in [0, vocab_size) are
@@ -865,9 +879,8 @@ def tiny_tokens(tokens, vocab_size, max_len, positions) -> None:
             f"the model with max_len >= {n}, or use positions 'sinusoidal', "
             f"'rope', 'alibi' or 'none', which accept any length"
         )
-    try:
-        values = np.asarray(tokens)
-    except Exception:  # a symbolic tensor: nothing concrete to check
+    values = _concrete(tokens)
+    if values is None:  # a symbolic tensor: nothing concrete to check
         return
     if values.size and (values.min() < 0 or values.max() >= vocab_size):
         raise ValueError(
@@ -1031,9 +1044,8 @@ def learned_positions_inputs(x, positions, d_model, max_len) -> None:
             check_positions(shape[1], max_len)
         return
     check_position_ids(positions, shape[1], shape[0])
-    try:
-        values = np.asarray(positions)
-    except Exception:  # a symbolic tensor: nothing concrete to check
+    values = _concrete(positions)
+    if values is None:  # a symbolic tensor: nothing concrete to check
         return
     if values.size:
         check_position_range(int(values.min()), int(values.max()), max_len)
@@ -1248,15 +1260,16 @@ def check_flash_mask(mask, scores: Shape, block_q, block_k) -> None:
 
 
 def flash_attention_inputs(
-    queries, keys, values, mask, causal, block_q, block_k, scale
+    queries, keys, values, mask, causal, block_q, block_k, scale, align="top_left"
 ) -> None:
     """attention_inputs with d_q == d_k; block sizes ints >= 1; a bool mask
     broadcastable to (batch, num_queries, num_keys); causal a bool; scale None
-    or a number."""
+    or a number; align one of CAUSAL_ALIGNS."""
     attention_inputs(queries, keys, values, same_feature_size=True)
     check_block_size("block_q", block_q)
     check_block_size("block_k", block_k)
     check_causal_flag(causal)
+    check_causal_align(align)
     check_scale(scale)
     q, k = shape_of(queries), shape_of(keys)
     if mask is not None:
@@ -1275,11 +1288,14 @@ def flash_backward_inputs(
     block_q,
     block_k,
     scale,
+    align="top_left",
 ) -> None:
     """flash_attention_inputs, plus what the forward pass returned -- outputs
     (batch, num_queries, d_v), logsumexp (batch, num_queries) -- and
     grad_outputs shaped like outputs, all of the queries' dtype."""
-    flash_attention_inputs(queries, keys, values, mask, causal, block_q, block_k, scale)
+    flash_attention_inputs(
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
+    )
     q, v = shape_of(queries), shape_of(values)
     expected = {
         "outputs": ((q[0], q[1], v[2]), "(batch, num_queries, d_v)"),
@@ -1293,15 +1309,19 @@ def flash_backward_inputs(
     check_same_dtype(queries=queries, **given)
 
 
-def attention_logsumexp_inputs(queries, keys, mask, causal, scale) -> None:
+def attention_logsumexp_inputs(
+    queries, keys, mask, causal, scale, align="top_left"
+) -> None:
     """Float queries (batch, num_queries, d) and keys (batch, num_keys, d) of
-    one dtype; a bool mask broadcastable to the scores; causal a bool."""
+    one dtype; a bool mask broadcastable to the scores; causal a bool; align
+    one of CAUSAL_ALIGNS."""
     for name, x in (("queries", queries), ("keys", keys)):
         check_float(name, x)
     check_same_dtype(queries=queries, keys=keys)
     q, k = shape_of(queries), shape_of(keys)
     check_qkv(q, k, same_feature_size=True)
     check_causal_flag(causal)
+    check_causal_align(align)
     check_scale(scale)
     if mask is not None:
         check_mask(shape_of(mask), dtype_name(mask), (q[0], q[1], k[1]))

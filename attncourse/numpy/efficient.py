@@ -14,9 +14,13 @@ flash_attention_backward is the FlashAttention-2 backward pass: D = rowsum(dO
 * O), then per tile P = exp(S - logsumexp), dV += P^T dO, dP = dO V^T, dS = P
 * (dP - D), dQ += dS K * scale, dK += dS^T Q * scale.
 
-causal=True is top-left aligned like causal_mask(num_queries, num_keys): key
-j is visible from query i iff j <= i. Key blocks entirely above the diagonal
-are skipped (never computed); only tiles that straddle it are masked. A fully
+causal=True is top-left aligned by default, like causal_mask(num_queries,
+num_keys): key j is visible from query i iff j <= i. align="bottom_right"
+shifts the diagonal by num_keys - num_queries (j <= i + nk - nq), for queries
+that are the last positions of the keys' sequence (a KV-cache step), as
+FlashAttention >= 2.1 aligns it; with nq == nk both agree. Key blocks entirely
+above the diagonal are skipped (never computed); only tiles that straddle it
+are masked. A fully
 masked row (no visible key) gets output 0, logsumexp -inf and zero gradients.
 """
 
@@ -36,13 +40,24 @@ def _as_3d(mask):
     return None if mask is None else mask.reshape((1,) * (3 - mask.ndim) + mask.shape)
 
 
-def _key_stop(end_q, num_keys, causal):
-    """Key blocks start below this index: with causal, a block whose first key
-    lies after the last query of the block (end_q - 1) is skipped."""
-    return min(num_keys, end_q) if causal else num_keys
+def _diagonal(causal, align, num_queries, num_keys):
+    """None without a causal mask, else the shift of its diagonal: query i
+    sees key j iff j <= i + shift (0 top-left, nk - nq bottom-right)."""
+    if not causal:
+        return None
+    return num_keys - num_queries if align == "bottom_right" else 0
 
 
-def _visible(mask, causal, start_q, end_q, start_k, end_k):
+def _key_stop(end_q, num_keys, diagonal):
+    """Key blocks start below this index: with a causal diagonal, a block whose
+    first key lies after the last query of the block (end_q - 1 + diagonal)
+    is skipped."""
+    if diagonal is None:
+        return num_keys
+    return max(0, min(num_keys, end_q + diagonal))
+
+
+def _visible(mask, diagonal, start_q, end_q, start_k, end_k):
     """Which scores of the tile (queries start_q:end_q, keys start_k:end_k) are
     kept: a bool array broadcastable to (b, bq, bk), or None for all of them.
     The causal part is built only for a tile that straddles the diagonal."""
@@ -51,8 +66,9 @@ def _visible(mask, causal, start_q, end_q, start_k, end_k):
         rows = slice(start_q, end_q) if mask.shape[1] > 1 else slice(None)
         cols = slice(start_k, end_k) if mask.shape[2] > 1 else slice(None)
         tile = mask[:, rows, cols]  # (b | 1, bq | 1, bk | 1)
-    if causal and end_k - 1 > start_q:  # some key lies after the first query
-        below = np.arange(start_k, end_k) <= np.arange(start_q, end_q)[:, None]
+    if diagonal is not None and end_k - 1 > start_q + diagonal:  # straddles it
+        rows = np.arange(start_q, end_q)[:, None] + diagonal  # (bq, 1)
+        below = np.arange(start_k, end_k) <= rows  # (bq, bk)
         tile = below if tile is None else tile & below  # (b | 1, bq, bk)
     return tile
 
@@ -66,23 +82,26 @@ def flash_attention(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """softmax(q k^T * scale) v computed tile by tile with an online softmax.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
-    broadcastable to (b, nq, nk), True = attend, combined with causal (top-left
-    aligned) by AND; block_q, block_k: tile sizes (they need not divide nq and
-    nk); scale defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v),
-    logsumexp (b, nq)) in the inputs' dtype; equal to
+    broadcastable to (b, nq, nk), True = attend, combined with causal by AND;
+    block_q, block_k: tile sizes (they need not divide nq and nk); scale
+    defaults to 1/sqrt(d); align: where the causal diagonal sits, "top_left"
+    (j <= i) or "bottom_right" (j <= i + nk - nq), as in causal_mask. Returns
+    (outputs (b, nq, d_v), logsumexp (b, nq)) in the inputs' dtype; equal to
     scaled_dot_product_attention and attention_logsumexp.
     """
     queries, keys, values = (np.asarray(x) for x in (queries, keys, values))
     mask = None if mask is None else np.asarray(mask)
     checks.flash_attention_inputs(
-        queries, keys, values, mask, causal, block_q, block_k, scale
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
     )
     (b, nq, d), (nk, d_v) = queries.shape, values.shape[1:]
     scale = 1 / math.sqrt(d) if scale is None else float(scale)
+    diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
     mask, dtype = _as_3d(mask), queries.dtype
     outputs = np.zeros((b, nq, d_v), dtype)  # (b, nq, d_v)
     logsumexp = np.full((b, nq), -np.inf, dtype)  # (b, nq)
@@ -92,11 +111,11 @@ def flash_attention(
         m = np.full((b, end_q - start_q), -np.inf, dtype)  # (b, bq) running max
         l = np.zeros((b, end_q - start_q), dtype)  # (b, bq) running sum
         acc = np.zeros((b, end_q - start_q, d_v), dtype)  # (b, bq, d_v)
-        for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+        for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
             end_k = min(start_k + block_k, nk)
             k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
             s = q @ k.swapaxes(1, 2) * scale  # (b, bq, bk) scores of the tile
-            visible = _visible(mask, causal, start_q, end_q, start_k, end_k)
+            visible = _visible(mask, diagonal, start_q, end_q, start_k, end_k)
             if visible is not None:
                 s = np.where(visible, s, -np.inf)  # (b, bq, bk)
             m_new = np.maximum(m, s.max(axis=-1))  # (b, bq)
@@ -125,11 +144,12 @@ def flash_attention_backward(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """Gradients of flash_attention's outputs, recomputing the weights per tile.
 
-    queries, keys, values, mask, causal, block sizes and scale as given to
-    flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
+    queries, keys, values, mask, causal, block sizes, scale and align as given
+    to flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
     them; grad_outputs (b, nq, d_v) = dLoss/dOutputs. Returns (grad_queries
     (b, nq, d), grad_keys (b, nk, d), grad_values (b, nk, d_v)). The same key
     blocks are skipped as in the forward pass.
@@ -150,9 +170,11 @@ def flash_attention_backward(
         block_q,
         block_k,
         scale,
+        align,
     )
     nq, d, nk = queries.shape[1], queries.shape[2], keys.shape[1]
     scale = 1 / math.sqrt(d) if scale is None else float(scale)
+    diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
     mask = _as_3d(mask)
     lse = np.where(np.isneginf(logsumexp), 0, logsumexp)  # (b, nq) masked rows: 0
     D = (grad_outputs * outputs).sum(axis=-1)  # (b, nq) rowsum(dO * O)
@@ -162,11 +184,11 @@ def flash_attention_backward(
     for start_q in range(0, nq, block_q):
         end_q = min(start_q + block_q, nq)
         q, do = queries[:, start_q:end_q], grad_outputs[:, start_q:end_q]  # (b, bq, .)
-        for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+        for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
             end_k = min(start_k + block_k, nk)
             k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
             s = q @ k.swapaxes(1, 2) * scale  # (b, bq, bk) recomputed scores
-            visible = _visible(mask, causal, start_q, end_q, start_k, end_k)
+            visible = _visible(mask, diagonal, start_q, end_q, start_k, end_k)
             if visible is not None:
                 s = np.where(visible, s, -np.inf)  # (b, bq, bk)
             p = np.exp(s - lse[:, start_q:end_q, None])  # (b, bq, bk) weights
@@ -178,21 +200,25 @@ def flash_attention_backward(
     return grad_queries, grad_keys, grad_values
 
 
-def attention_logsumexp(queries, keys, mask=None, causal=False, scale=None):
+def attention_logsumexp(
+    queries, keys, mask=None, causal=False, scale=None, align="top_left"
+):
     """log sum_j exp(q_i . k_j * scale) over the visible keys: (b, nq).
 
     The direct (materialising) reference for flash_attention's logsumexp:
     builds the (b, nq, nk) scores. mask as in flash_attention, combined with
-    causal (top-left) by AND. A fully masked row gives -inf.
+    causal (aligned by align, as in causal_mask) by AND. A fully masked row
+    gives -inf.
     """
     queries, keys = np.asarray(queries), np.asarray(keys)
     mask = None if mask is None else np.asarray(mask)
-    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale)
+    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale, align)
     (nq, d), nk = queries.shape[1:], keys.shape[1]
     scale = 1 / math.sqrt(d) if scale is None else float(scale)
     scores = queries @ keys.swapaxes(1, 2) * scale  # (b, nq, nk)
     if causal:
-        mask = causal_mask(nq, nk) if mask is None else mask & causal_mask(nq, nk)
+        below = causal_mask(nq, nk, align=align)  # (nq, nk)
+        mask = below if mask is None else mask & below
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)  # (b, nq, nk)
     top = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # (b, nq, 1)

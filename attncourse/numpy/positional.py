@@ -6,8 +6,11 @@ Sinusoidal (Vaswani et al., 2017):
     PE[p, 2i + 1] = cos(p / 10000^(2i / d_model)).
 
 Each pair of columns is a sine/cosine of one frequency; frequencies fall
-geometrically from 1 to 1/10000 across the columns. For odd d_model the last
-column is the sine of the next frequency, with no cosine partner.
+geometrically from 1 (the first pair) to 10000^-((d_model - 2) / d_model) for
+the last pair (even d_model): above 1/10000, which they approach as d_model
+grows but never reach (d_model = 16 ends at 10000^-0.875, about 3.2e-4).
+For odd d_model the last column is the sine of the next frequency, with no
+cosine partner.
 
 Learned absolute positions: a trained table of max_len rows, row p added to
 the input at position p. RoPE (Su et al., 2021) rotates pairs of query/key

@@ -17,9 +17,13 @@ exp(S - logsumexp), dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dQ += dS K *
 scale, dK += dS^T Q * scale. Works eagerly and inside tf.function (the tile
 loops are Python loops over the static shapes, unrolled when traced).
 
-causal=True is top-left aligned like causal_mask(num_queries, num_keys): key
-j is visible from query i iff j <= i. Key blocks entirely above the diagonal
-are skipped (never computed); only tiles that straddle it are masked. A fully
+causal=True is top-left aligned by default, like causal_mask(num_queries,
+num_keys): key j is visible from query i iff j <= i. align="bottom_right"
+shifts the diagonal by num_keys - num_queries (j <= i + nk - nq), for queries
+that are the last positions of the keys' sequence (a KV-cache step), as
+FlashAttention >= 2.1 aligns it; with nq == nk both agree. Key blocks entirely
+above the diagonal are skipped (never computed); only tiles that straddle it
+are masked. A fully
 masked row (no visible key) gets output 0, logsumexp -inf and zero gradients.
 """
 
@@ -42,13 +46,24 @@ def _as_3d(mask):
     return tf.reshape(mask, (1,) * (3 - mask.shape.rank) + tuple(mask.shape))
 
 
-def _key_stop(end_q, num_keys, causal):
-    """Key blocks start below this index: with causal, a block whose first key
-    lies after the last query of the block (end_q - 1) is skipped."""
-    return min(num_keys, end_q) if causal else num_keys
+def _diagonal(causal, align, num_queries, num_keys):
+    """None without a causal mask, else the shift of its diagonal: query i
+    sees key j iff j <= i + shift (0 top-left, nk - nq bottom-right)."""
+    if not causal:
+        return None
+    return num_keys - num_queries if align == "bottom_right" else 0
 
 
-def _visible(mask, causal, start_q, end_q, start_k, end_k):
+def _key_stop(end_q, num_keys, diagonal):
+    """Key blocks start below this index: with a causal diagonal, a block whose
+    first key lies after the last query of the block (end_q - 1 + diagonal)
+    is skipped."""
+    if diagonal is None:
+        return num_keys
+    return max(0, min(num_keys, end_q + diagonal))
+
+
+def _visible(mask, diagonal, start_q, end_q, start_k, end_k):
     """Which scores of the tile (queries start_q:end_q, keys start_k:end_k) are
     kept: a bool tensor broadcastable to (b, bq, bk), or None for all of them.
     The causal part is built only for a tile that straddles the diagonal."""
@@ -57,8 +72,9 @@ def _visible(mask, causal, start_q, end_q, start_k, end_k):
         rows = slice(start_q, end_q) if mask.shape[1] > 1 else slice(None)
         cols = slice(start_k, end_k) if mask.shape[2] > 1 else slice(None)
         tile = mask[:, rows, cols]  # (b | 1, bq | 1, bk | 1)
-    if causal and end_k - 1 > start_q:  # some key lies after the first query
-        below = tf.range(start_k, end_k) <= tf.range(start_q, end_q)[:, None]
+    if diagonal is not None and end_k - 1 > start_q + diagonal:  # straddles it
+        rows = tf.range(start_q, end_q)[:, None] + diagonal  # (bq, 1)
+        below = tf.range(start_k, end_k) <= rows  # (bq, bk)
         tile = below if tile is None else tile & below  # (b | 1, bq, bk)
     return tile
 
@@ -77,9 +93,10 @@ def _join(tiles, empty):
     return tf.concat(tiles, axis=1) if tiles else empty
 
 
-def _tiled_forward(queries, keys, values, mask, causal, block_q, block_k, scale):
+def _tiled_forward(queries, keys, values, mask, causal, block_q, block_k, scale, align):
     """The tile loops of flash_attention (mask already 3-D, scale a float)."""
     (b, nq, _), (nk, d_v) = queries.shape, values.shape[1:]
+    diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
     neg_inf = tf.constant(-np.inf, queries.dtype)
     outputs, logsumexp = [], []  # one (b, bq, d_v) and one (b, bq) per block
     for start_q in range(0, nq, block_q):
@@ -88,11 +105,11 @@ def _tiled_forward(queries, keys, values, mask, causal, block_q, block_k, scale)
         m = tf.fill((b, end_q - start_q), neg_inf)  # (b, bq) running max
         l = tf.zeros((b, end_q - start_q), queries.dtype)  # (b, bq) running sum
         acc = tf.zeros((b, end_q - start_q, d_v), queries.dtype)  # (b, bq, d_v)
-        for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+        for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
             end_k = min(start_k + block_k, nk)
             k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
             s = tf.matmul(q, k, transpose_b=True) * scale  # (b, bq, bk) scores
-            visible = _visible(mask, causal, start_q, end_q, start_k, end_k)
+            visible = _visible(mask, diagonal, start_q, end_q, start_k, end_k)
             if visible is not None:
                 s = tf.where(visible, s, neg_inf)  # (b, bq, bk)
             m_new = tf.maximum(m, tf.reduce_max(s, axis=-1))  # (b, bq)
@@ -119,23 +136,26 @@ def flash_attention(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """softmax(q k^T * scale) v computed tile by tile with an online softmax.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
-    broadcastable to (b, nq, nk), True = attend, combined with causal (top-left
-    aligned) by AND; block_q, block_k: tile sizes (they need not divide nq and
-    nk); scale defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v),
-    logsumexp (b, nq)) in the inputs' dtype; equal to
+    broadcastable to (b, nq, nk), True = attend, combined with causal by AND;
+    block_q, block_k: tile sizes (they need not divide nq and nk); scale
+    defaults to 1/sqrt(d); align: where the causal diagonal sits, "top_left"
+    (j <= i) or "bottom_right" (j <= i + nk - nq), as in causal_mask. Returns
+    (outputs (b, nq, d_v), logsumexp (b, nq)) in the inputs' dtype; equal to
     scaled_dot_product_attention and attention_logsumexp. Differentiable
     (outputs only; logsumexp carries no gradient): the gradient is
     flash_attention_backward.
     """
     queries, keys, values, mask = _inputs(queries, keys, values, mask)
     checks.flash_attention_inputs(
-        queries, keys, values, mask, causal, block_q, block_k, scale
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
     )
-    options = (mask, causal, block_q, block_k, _scale(scale, queries.shape[-1]))
+    scale = _scale(scale, queries.shape[-1])
+    options = (mask, causal, block_q, block_k, scale, align)
 
     @tf.custom_gradient
     def attend(queries, keys, values):
@@ -170,11 +190,12 @@ def flash_attention_backward(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """Gradients of flash_attention's outputs, recomputing the weights per tile.
 
-    queries, keys, values, mask, causal, block sizes and scale as given to
-    flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
+    queries, keys, values, mask, causal, block sizes, scale and align as given
+    to flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
     them; grad_outputs (b, nq, d_v) = dLoss/dOutputs. Returns (grad_queries
     (b, nq, d), grad_keys (b, nk, d), grad_values (b, nk, d_v)). The same key
     blocks are skipped as in the forward pass.
@@ -182,8 +203,9 @@ def flash_attention_backward(
     tensors = _inputs(queries, keys, values, outputs, logsumexp, grad_outputs)
     queries, keys, values, outputs, logsumexp, grad_outputs = tensors
     (mask,) = _inputs(mask)
-    checks.flash_backward_inputs(*tensors, mask, causal, block_q, block_k, scale)
+    checks.flash_backward_inputs(*tensors, mask, causal, block_q, block_k, scale, align)
     nq, d, nk = queries.shape[1], queries.shape[2], keys.shape[1]
+    diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
     scale, mask = _scale(scale, d), _as_3d(mask)
     neg_inf = tf.constant(-np.inf, queries.dtype)
     lse = tf.where(logsumexp == neg_inf, tf.zeros_like(logsumexp), logsumexp)
@@ -196,11 +218,11 @@ def flash_attention_backward(
         end_q = min(start_q + block_q, nq)
         q, do = queries[:, start_q:end_q], grad_outputs[:, start_q:end_q]  # (b, bq, .)
         dq = tf.zeros_like(q)  # (b, bq, d)
-        for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+        for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
             end_k, j = min(start_k + block_k, nk), start_k // block_k
             k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
             s = tf.matmul(q, k, transpose_b=True) * scale  # (b, bq, bk) recomputed
-            visible = _visible(mask, causal, start_q, end_q, start_k, end_k)
+            visible = _visible(mask, diagonal, start_q, end_q, start_k, end_k)
             if visible is not None:
                 s = tf.where(visible, s, neg_inf)  # (b, bq, bk)
             p = tf.exp(s - lse[:, start_q:end_q, None])  # (b, bq, bk) weights
@@ -218,19 +240,23 @@ def flash_attention_backward(
     )
 
 
-def attention_logsumexp(queries, keys, mask=None, causal=False, scale=None):
+def attention_logsumexp(
+    queries, keys, mask=None, causal=False, scale=None, align="top_left"
+):
     """log sum_j exp(q_i . k_j * scale) over the visible keys: (b, nq).
 
     The direct (materialising) reference for flash_attention's logsumexp:
     builds the (b, nq, nk) scores. mask as in flash_attention, combined with
-    causal (top-left) by AND. A fully masked row gives -inf.
+    causal (aligned by align, as in causal_mask) by AND. A fully masked row
+    gives -inf.
     """
     queries, keys, mask = _inputs(queries, keys, mask)
-    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale)
+    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale, align)
     (nq, d), nk = queries.shape[1:], keys.shape[1]
     scores = tf.matmul(queries, keys, transpose_b=True) * _scale(scale, d)
     if causal:  # scores (b, nq, nk)
-        mask = causal_mask(nq, nk) if mask is None else mask & causal_mask(nq, nk)
+        below = causal_mask(nq, nk, align=align)  # (nq, nk)
+        mask = below if mask is None else mask & below
     if mask is not None:
         scores = tf.where(mask, scores, tf.constant(-np.inf, scores.dtype))
     return tf.reduce_logsumexp(scores, axis=-1)  # (b, nq); -inf for a masked row

@@ -16,9 +16,13 @@ and its backward is flash_attention_backward, the FlashAttention-2 backward
 pass: D = rowsum(dO * O), then per tile P = exp(S - logsumexp), dV += P^T dO,
 dP = dO V^T, dS = P * (dP - D), dQ += dS K * scale, dK += dS^T Q * scale.
 
-causal=True is top-left aligned like causal_mask(num_queries, num_keys): key
-j is visible from query i iff j <= i. Key blocks entirely above the diagonal
-are skipped (never computed); only tiles that straddle it are masked. A fully
+causal=True is top-left aligned by default, like causal_mask(num_queries,
+num_keys): key j is visible from query i iff j <= i. align="bottom_right"
+shifts the diagonal by num_keys - num_queries (j <= i + nk - nq), for queries
+that are the last positions of the keys' sequence (a KV-cache step), as
+FlashAttention >= 2.1 aligns it; with nq == nk both agree. Key blocks entirely
+above the diagonal are skipped (never computed); only tiles that straddle it
+are masked. A fully
 masked row (no visible key) gets output 0, logsumexp -inf and zero gradients.
 """
 
@@ -43,13 +47,24 @@ def _as_3d(mask):
     return None if mask is None else mask.reshape((1,) * (3 - mask.ndim) + mask.shape)
 
 
-def _key_stop(end_q, num_keys, causal):
-    """Key blocks start below this index: with causal, a block whose first key
-    lies after the last query of the block (end_q - 1) is skipped."""
-    return min(num_keys, end_q) if causal else num_keys
+def _diagonal(causal, align, num_queries, num_keys):
+    """None without a causal mask, else the shift of its diagonal: query i
+    sees key j iff j <= i + shift (0 top-left, nk - nq bottom-right)."""
+    if not causal:
+        return None
+    return num_keys - num_queries if align == "bottom_right" else 0
 
 
-def _visible(mask, causal, start_q, end_q, start_k, end_k, device):
+def _key_stop(end_q, num_keys, diagonal):
+    """Key blocks start below this index: with a causal diagonal, a block whose
+    first key lies after the last query of the block (end_q - 1 + diagonal)
+    is skipped."""
+    if diagonal is None:
+        return num_keys
+    return max(0, min(num_keys, end_q + diagonal))
+
+
+def _visible(mask, diagonal, start_q, end_q, start_k, end_k, device):
     """Which scores of the tile (queries start_q:end_q, keys start_k:end_k) are
     kept: a bool tensor broadcastable to (b, bq, bk), or None for all of them.
     The causal part is built only for a tile that straddles the diagonal."""
@@ -58,9 +73,10 @@ def _visible(mask, causal, start_q, end_q, start_k, end_k, device):
         rows = slice(start_q, end_q) if mask.shape[1] > 1 else slice(None)
         cols = slice(start_k, end_k) if mask.shape[2] > 1 else slice(None)
         tile = mask[:, rows, cols]  # (b | 1, bq | 1, bk | 1)
-    if causal and end_k - 1 > start_q:  # some key lies after the first query
+    if diagonal is not None and end_k - 1 > start_q + diagonal:  # straddles it
         cols = torch.arange(start_k, end_k, device=device)
-        below = cols <= torch.arange(start_q, end_q, device=device)[:, None]
+        rows = torch.arange(start_q, end_q, device=device)[:, None] + diagonal
+        below = cols <= rows  # (bq, bk)
         tile = below if tile is None else tile & below  # (b | 1, bq, bk)
     return tile
 
@@ -78,14 +94,17 @@ class FlashAttention(torch.autograd.Function):
     """Tiled attention whose backward recomputes the weights tile by tile.
 
     FlashAttention.apply(queries, keys, values, mask, causal, block_q,
-    block_k, scale) -> (outputs, logsumexp), arguments as in flash_attention
+    block_k, scale, align) -> (outputs, logsumexp), arguments as in flash_attention
     (positional, as apply takes them; flash_attention validates them first).
     logsumexp is returned for inspection and carries no gradient.
     """
 
     @staticmethod
-    def forward(ctx, queries, keys, values, mask, causal, block_q, block_k, scale):
+    def forward(
+        ctx, queries, keys, values, mask, causal, block_q, block_k, scale, align
+    ):
         (b, nq, d), (nk, d_v) = queries.shape, values.shape[1:]
+        diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
         scale, tiles = _scale(scale, d), _as_3d(mask)
         options = {"dtype": queries.dtype, "device": queries.device}
         outputs = torch.zeros(b, nq, d_v, **options)  # (b, nq, d_v)
@@ -96,12 +115,12 @@ class FlashAttention(torch.autograd.Function):
             m = torch.full((b, end_q - start_q), -math.inf, **options)  # running max
             l = torch.zeros(b, end_q - start_q, **options)  # (b, bq) running sum
             acc = torch.zeros(b, end_q - start_q, d_v, **options)  # (b, bq, d_v)
-            for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+            for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
                 end_k = min(start_k + block_k, nk)
                 k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
                 s = q @ k.transpose(1, 2) * scale  # (b, bq, bk) scores of the tile
                 visible = _visible(
-                    tiles, causal, start_q, end_q, start_k, end_k, queries.device
+                    tiles, diagonal, start_q, end_q, start_k, end_k, queries.device
                 )
                 if visible is not None:
                     s = s.masked_fill(~visible, -math.inf)  # (b, bq, bk)
@@ -118,7 +137,7 @@ class FlashAttention(torch.autograd.Function):
             lse = (m + torch.log(l_safe)).masked_fill(~seen, -math.inf)  # (b, bq)
             logsumexp[:, start_q:end_q] = lse
         ctx.save_for_backward(queries, keys, values, outputs, logsumexp)
-        ctx.options = (mask, causal, block_q, block_k, scale)
+        ctx.options = (mask, causal, block_q, block_k, scale, align)
         ctx.mark_non_differentiable(logsumexp)
         return outputs, logsumexp
 
@@ -128,7 +147,7 @@ class FlashAttention(torch.autograd.Function):
         grads = flash_attention_backward(
             queries, keys, values, outputs, logsumexp, grad_outputs, *ctx.options
         )
-        return (*grads, None, None, None, None, None)  # none for the options
+        return (*grads, None, None, None, None, None, None)  # none for the options
 
 
 def flash_attention(
@@ -140,24 +159,26 @@ def flash_attention(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """softmax(q k^T * scale) v computed tile by tile with an online softmax.
 
     queries (b, nq, d), keys (b, nk, d), values (b, nk, d_v); mask bool
-    broadcastable to (b, nq, nk), True = attend, combined with causal (top-left
-    aligned) by AND; block_q, block_k: tile sizes (they need not divide nq and
-    nk); scale defaults to 1/sqrt(d). Returns (outputs (b, nq, d_v),
-    logsumexp (b, nq)) in the inputs' dtype; equal to
-    scaled_dot_product_attention and attention_logsumexp. Differentiable
-    through FlashAttention (outputs only; logsumexp carries no gradient).
+    broadcastable to (b, nq, nk), True = attend, combined with causal by AND;
+    block_q, block_k: tile sizes (they need not divide nq and nk); scale
+    defaults to 1/sqrt(d); align: where the causal diagonal sits, "top_left"
+    (j <= i) or "bottom_right" (j <= i + nk - nq), as in causal_mask. Returns
+    (outputs (b, nq, d_v), logsumexp (b, nq)) in the inputs' dtype; equal to
+    scaled_dot_product_attention and attention_logsumexp. Differentiable through
+    FlashAttention (outputs only; logsumexp carries no gradient).
     """
     queries, keys, values = _inputs(queries, keys, values)
     (mask,) = _inputs(mask, device=queries.device)
     checks.flash_attention_inputs(
-        queries, keys, values, mask, causal, block_q, block_k, scale
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
     )
     return FlashAttention.apply(
-        queries, keys, values, mask, causal, block_q, block_k, scale
+        queries, keys, values, mask, causal, block_q, block_k, scale, align
     )
 
 
@@ -173,11 +194,12 @@ def flash_attention_backward(
     block_q=64,
     block_k=64,
     scale=None,
+    align="top_left",
 ):
     """Gradients of flash_attention's outputs, recomputing the weights per tile.
 
-    queries, keys, values, mask, causal, block sizes and scale as given to
-    flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
+    queries, keys, values, mask, causal, block sizes, scale and align as given
+    to flash_attention; outputs (b, nq, d_v) and logsumexp (b, nq) as it returned
     them; grad_outputs (b, nq, d_v) = dLoss/dOutputs. Returns (grad_queries
     (b, nq, d), grad_keys (b, nk, d), grad_values (b, nk, d_v)). The same key
     blocks are skipped as in the forward pass.
@@ -185,8 +207,9 @@ def flash_attention_backward(
     tensors = _inputs(queries, keys, values, outputs, logsumexp, grad_outputs)
     queries, keys, values, outputs, logsumexp, grad_outputs = tensors
     (mask,) = _inputs(mask, device=queries.device)
-    checks.flash_backward_inputs(*tensors, mask, causal, block_q, block_k, scale)
+    checks.flash_backward_inputs(*tensors, mask, causal, block_q, block_k, scale, align)
     nq, d, nk = queries.shape[1], queries.shape[2], keys.shape[1]
+    diagonal = _diagonal(causal, align, nq, nk)  # None, or the causal shift
     scale, mask = _scale(scale, d), _as_3d(mask)
     lse = logsumexp.masked_fill(logsumexp.isneginf(), 0)  # (b, nq) masked rows: 0
     D = (grad_outputs * outputs).sum(dim=-1)  # (b, nq) rowsum(dO * O)
@@ -196,12 +219,12 @@ def flash_attention_backward(
     for start_q in range(0, nq, block_q):
         end_q = min(start_q + block_q, nq)
         q, do = queries[:, start_q:end_q], grad_outputs[:, start_q:end_q]  # (b, bq, .)
-        for start_k in range(0, _key_stop(end_q, nk, causal), block_k):
+        for start_k in range(0, _key_stop(end_q, nk, diagonal), block_k):
             end_k = min(start_k + block_k, nk)
             k, v = keys[:, start_k:end_k], values[:, start_k:end_k]  # (b, bk, .)
             s = q @ k.transpose(1, 2) * scale  # (b, bq, bk) recomputed scores
             visible = _visible(
-                mask, causal, start_q, end_q, start_k, end_k, queries.device
+                mask, diagonal, start_q, end_q, start_k, end_k, queries.device
             )
             if visible is not None:
                 s = s.masked_fill(~visible, -math.inf)  # (b, bq, bk)
@@ -214,20 +237,23 @@ def flash_attention_backward(
     return grad_queries, grad_keys, grad_values
 
 
-def attention_logsumexp(queries, keys, mask=None, causal=False, scale=None):
+def attention_logsumexp(
+    queries, keys, mask=None, causal=False, scale=None, align="top_left"
+):
     """log sum_j exp(q_i . k_j * scale) over the visible keys: (b, nq).
 
     The direct (materialising) reference for flash_attention's logsumexp:
     builds the (b, nq, nk) scores. mask as in flash_attention, combined with
-    causal (top-left) by AND. A fully masked row gives -inf.
+    causal (aligned by align, as in causal_mask) by AND. A fully masked row
+    gives -inf.
     """
     queries, keys = _inputs(queries, keys)
     (mask,) = _inputs(mask, device=queries.device)
-    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale)
+    checks.attention_logsumexp_inputs(queries, keys, mask, causal, scale, align)
     (nq, d), nk = queries.shape[1:], keys.shape[1]
     scores = queries @ keys.transpose(1, 2) * _scale(scale, d)  # (b, nq, nk)
     if causal:
-        below = causal_mask(nq, nk).to(queries.device)  # (nq, nk)
+        below = causal_mask(nq, nk, align=align).to(queries.device)  # (nq, nk)
         mask = below if mask is None else mask & below
     if mask is not None:
         scores = scores.masked_fill(~mask, -math.inf)  # (b, nq, nk)

@@ -243,8 +243,9 @@ class Decoder(nn.Module):
         (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
         Returns (logits (batch, V), new state (batch, H), weights (batch,
         src_len))."""
+        device = self.embedding.weight.device  # inputs follow the parameters
         tokens, state, enc_outputs = (
-            torch.as_tensor(t) for t in (tokens, state, enc_outputs)
+            torch.as_tensor(t, device=device) for t in (tokens, state, enc_outputs)
         )
         if src_mask is not None:
             src_mask = torch.as_tensor(src_mask, device=enc_outputs.device)
@@ -275,7 +276,7 @@ class Decoder(nn.Module):
         """Teacher forcing: targets_in (batch, tgt_len) int, the target shifted
         right (starting with BOS). Returns (logits (batch, tgt_len, V),
         weights (batch, tgt_len, src_len))."""
-        targets_in = torch.as_tensor(targets_in)
+        targets_in = torch.as_tensor(targets_in, device=self.embedding.weight.device)
         checks.check_tokens("targets_in", targets_in, "(batch, tgt_len)", 2)
         logits, weights = [], []
         for t in range(targets_in.shape[1]):

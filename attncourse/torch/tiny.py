@@ -200,10 +200,11 @@ class TinyTransformer(nn.Module):
         """logits (batch, n, vocab_size), plus the list of per-layer weights
         if return_weights: (batch, heads, n, n) for softmax, the band (batch,
         heads, n, window) for "window", None for "linear"."""
-        tokens = torch.as_tensor(tokens)
+        device = _device_of(self)  # inputs follow the parameters
+        tokens = _token_tensor(tokens, device)
         checks.tiny_tokens(tokens, self.vocab_size, self.max_len, self.positions)
         if head_mask is not None:
-            head_mask = torch.as_tensor(head_mask)
+            head_mask = torch.as_tensor(head_mask, device=device)
             checks.head_mask_input(head_mask, self.num_layers, self.num_heads)
         logits, weights = tiny_transformer(
             tokens,
@@ -231,6 +232,20 @@ def _initial(name, shape):
         return torch.randn(shape) / math.sqrt(shape[1])
     limit = math.sqrt(6.0 / (shape[0] + shape[1]))
     return torch.empty(shape).uniform_(-limit, limit)
+
+
+def _device_of(module):
+    """Where a module's parameters live (the CPU for one without any): the
+    helpers below put every tensor they make or convert there."""
+    return next(module.parameters(), torch.empty(0)).device
+
+
+def _token_tensor(tokens, device):
+    """Token ids as an int tensor on ``device`` (NumPy arrays, lists and tensors
+    on any device alike)."""
+    if not isinstance(tokens, torch.Tensor):
+        tokens = torch.as_tensor(np.asarray(tokens))
+    return tokens.to(device)
 
 
 def repeat_mask(tokens):
@@ -272,14 +287,16 @@ def train_tiny(
     tokens: int (N, n) training rows; step s uses rows
     ``tasks.batch_indices(N, steps, batch_size, seed)[s]``, so a TF model
     trained with the same arguments sees the same batches. The gradient's
-    global norm is clipped to clip_norm.
+    global norm is clipped to clip_norm. The tokens go to the model's device
+    (wherever they start); the model is not moved.
     """
-    tokens = torch.as_tensor(np.asarray(tokens))
+    device = _device_of(model)
+    tokens = _token_tensor(tokens, device)
     checks.tiny_tokens(tokens, model.vocab_size, model.max_len, model.positions)
     rows = tasks.batch_indices(len(tokens), steps, batch_size, seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     losses = np.zeros(int(steps))
-    for step, batch in enumerate(torch.as_tensor(rows)):
+    for step, batch in enumerate(torch.as_tensor(rows, device=device)):
         x = tokens[batch]  # (batch_size, n)
         loss = next_token_loss(model(x), x, only_repeats)
         optimizer.zero_grad()
@@ -305,7 +322,8 @@ def induction_score(weights, tokens):
     weights[b, h, i, j + 1], averaged over the queries (b, i) whose token
     occurred before; 1 = a pure induction head. weights (batch, heads, n, n),
     tokens int (batch, n); no repeated token -> ValueError."""
-    weights, tokens = torch.as_tensor(weights), torch.as_tensor(tokens)
+    weights = torch.as_tensor(weights)
+    tokens = _token_tensor(tokens, weights.device)
     checks.induction_score_inputs(weights, tokens)
     n = tokens.shape[1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (batch, i, j)

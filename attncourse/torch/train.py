@@ -4,7 +4,9 @@ Same names and signatures as ``attncourse.tf.train``; the batches, the
 accuracy and the experiment are the framework-neutral ``attncourse.training``
 (read its docstring for teacher forcing versus greedy decoding). The tasks
 are the framework-free ``attncourse.data.Seq2SeqTask`` arrays; the models are
-``attncourse.torch.Encoder`` / ``Decoder``.
+``attncourse.torch.Encoder`` / ``Decoder``. Every helper here moves the
+task's arrays to the device of the decoder's parameters (the modules stay
+where they are) and returns NumPy arrays on the host.
 """
 
 import sys
@@ -42,6 +44,11 @@ def build_seq2seq(task, attention, embed_dim, hidden_dim, bidirectional=True):
         max_src_len=training.decoder_max_src_len(task, attention),
     )
     return encoder, decoder
+
+
+def _device(module):
+    """Where a module's parameters live: the batches go there."""
+    return next(module.parameters()).device
 
 
 def _src_mask(src_lens, src_len):
@@ -89,8 +96,11 @@ def train_seq2seq(
         total=steps,
         desc=desc or f"{decoder.attention} (torch)",
     )
+    device = _device(decoder)
     for batch in bar:
-        loss = _loss(encoder, decoder, *(torch.as_tensor(a) for a in batch))
+        loss = _loss(
+            encoder, decoder, *(torch.as_tensor(a, device=device) for a in batch)
+        )
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, clip_norm)
@@ -109,13 +119,14 @@ def teacher_forced_predict(encoder, decoder, task, split="test"):
     Returns (tokens (N, T) int64, weights (N, T, S)) as NumPy arrays, T =
     task.max_tgt_len: row i, step t is the argmax after reading tgt_in[i, :t+1].
     """
-    data = task.split(split)
-    src, lens = torch.as_tensor(data.src), torch.as_tensor(data.src_lens)
-    enc_outputs, state = encoder(src, lens)
-    logits, weights = decoder(
-        torch.as_tensor(data.tgt_in), state, enc_outputs, _src_mask(lens, src.shape[1])
+    data, device = task.split(split), _device(decoder)
+    src, lens, tgt_in = (
+        torch.as_tensor(a, device=device)
+        for a in (data.src, data.src_lens, data.tgt_in)
     )
-    return logits.argmax(-1).numpy(), weights.numpy()
+    enc_outputs, state = encoder(src, lens)
+    logits, weights = decoder(tgt_in, state, enc_outputs, _src_mask(lens, src.shape[1]))
+    return logits.argmax(-1).cpu().numpy(), weights.cpu().numpy()
 
 
 def greedy_translate(encoder, decoder, task, split="test", max_len=None):
@@ -124,18 +135,18 @@ def greedy_translate(encoder, decoder, task, split="test", max_len=None):
     Returns (tokens (N, steps) int64, weights (N, steps, S)) as NumPy arrays;
     max_len defaults to task.max_tgt_len (the longest target + <eos>).
     """
-    data = task.split(split)
+    data, device = task.split(split), _device(decoder)
     v = task.tgt_vocab
     tokens, weights = greedy_decode(
         encoder,
         decoder,
-        torch.as_tensor(data.src),
-        torch.as_tensor(data.src_lens),
+        torch.as_tensor(data.src, device=device),
+        torch.as_tensor(data.src_lens, device=device),
         v.bos_id,
         v.eos_id,
         max_len or task.max_tgt_len,
     )
-    return tokens.numpy(), weights.numpy()
+    return tokens.cpu().numpy(), weights.cpu().numpy()
 
 
 def sequence_accuracy(encoder, decoder, task, split="test"):

@@ -5,8 +5,10 @@ The naive reference is scaled_dot_product_attention with the combined mask
 scores here. Gradients: torch's FlashAttention against autograd on the naive
 version, tf's custom gradient against GradientTape on the naive version (eager
 and in tf.function), the NumPy backward against both, tf against torch.
-Causal skipping is checked by behaviour (NaN keys that only a skipped block
-holds leave everything finite) and by counting the tiles computed.
+causal=True with align="bottom_right" is checked against causal_mask(...,
+align="bottom_right"). Causal skipping is checked by behaviour (NaN keys that
+only a skipped block holds leave everything finite) and by counting the tiles
+computed.
 """
 
 import numpy as np
@@ -46,11 +48,11 @@ def make_inputs(rng, b, nq, nk, d=4, d_v=3, kind="none", dtype=np.float64):
     return q.astype(dtype), k.astype(dtype), v.astype(dtype), mask
 
 
-def combined(mask, causal, nq, nk):
+def combined(mask, causal, nq, nk, align="top_left"):
     """The naive version's mask: mask AND causal_mask (None if neither)."""
     if not causal:
         return mask
-    below = anp.causal_mask(nq, nk)
+    below = anp.causal_mask(nq, nk, align=align)
     return below if mask is None else mask & below
 
 
@@ -63,8 +65,8 @@ def direct_logsumexp(q, k, mask, scale=None):
         return np.log(e.sum(-1))
 
 
-def naive_numpy(q, k, v, mask, causal, scale=None):
-    full = combined(mask, causal, q.shape[1], k.shape[1])
+def naive_numpy(q, k, v, mask, causal, scale=None, align="top_left"):
+    full = combined(mask, causal, q.shape[1], k.shape[1], align)
     out, _ = anp.scaled_dot_product_attention(q, k, v, mask=full, scale=scale)
     return out, direct_logsumexp(q, k, full, scale)
 
@@ -83,6 +85,7 @@ def cases(draw):
         "causal": draw(st.booleans()),
         "block_q": draw(st.integers(1, 10)),
         "block_k": draw(st.integers(1, 10)),
+        "align": draw(st.sampled_from(["top_left", "bottom_right"])),
     }
     kind = draw(st.sampled_from(MASK_KINDS))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -101,7 +104,7 @@ def test_forward_equals_naive_for_any_block_sizes(fw, n):
         out, lse = MODS[fw].flash_attention(
             c(q), c(k), c(v), mask=None if mask is None else c(mask), **kw
         )
-        want_out, want_lse = naive_numpy(q, k, v, mask, kw["causal"])
+        want_out, want_lse = naive_numpy(q, k, v, mask, kw["causal"], align=kw["align"])
         np.testing.assert_allclose(to_np(out), want_out, atol=1e-12)
         np.testing.assert_allclose(to_np(lse), want_lse, atol=1e-12)  # -inf == -inf
 
@@ -113,11 +116,21 @@ def test_forward_equals_naive_for_any_block_sizes(fw, n):
 def test_attention_logsumexp_is_the_direct_logsumexp(fw, kind, rng):
     q, k, _, mask = make_inputs(rng, 2, 5, 7, kind=kind)
     c = CONVERT[fw]
-    for causal in (False, True):
+    for causal, align in (
+        (False, "top_left"),
+        (True, "top_left"),
+        (True, "bottom_right"),
+    ):
         got = MODS[fw].attention_logsumexp(
-            c(q), c(k), None if mask is None else c(mask), causal=causal, scale=0.3
+            c(q),
+            c(k),
+            None if mask is None else c(mask),
+            causal=causal,
+            scale=0.3,
+            align=align,
         )
-        want = direct_logsumexp(q, k, combined(mask, causal, 5, 7), scale=0.3)
+        full = combined(mask, causal, 5, 7, align)
+        want = direct_logsumexp(q, k, full, scale=0.3)
         np.testing.assert_allclose(to_np(got), want, atol=1e-12)
 
 
@@ -154,20 +167,23 @@ def test_empty_sequences_give_empty_or_masked_results(fw, nq, nk, rng):
 
 # --- gradients -------------------------------------------------------------------
 
-GRAD_CASES = {  # (nq, nk, mask kind, causal, block_q, block_k)
+GRAD_CASES = {  # (nq, nk, mask kind, causal, block_q, block_k[, align])
     "square-causal": (7, 7, "none", True, 3, 2),
     "wide-causal-padding": (5, 9, "padding", True, 2, 4),
     "tall-causal": (9, 4, "none", True, 4, 3),
     "full-mask": (6, 8, "full", False, 4, 3),
     "one-tile": (4, 5, "2d", True, 64, 64),
+    "wide-bottom-right": (5, 11, "padding", True, 2, 3, "bottom_right"),
+    "tall-bottom-right": (9, 4, "none", True, 2, 3, "bottom_right"),
 }
 
 
 def grad_inputs(name, dtype=np.float64):
-    nq, nk, kind, causal, bq, bk = GRAD_CASES[name]
+    nq, nk, kind, causal, bq, bk, *align = GRAD_CASES[name]
     rng = np.random.default_rng(len(name))
     q, k, v, mask = make_inputs(rng, 2, nq, nk, kind=kind, dtype=dtype)
     kw = {"mask": mask, "causal": causal, "block_q": bq, "block_k": bk}
+    kw["align"] = align[0] if align else "top_left"
     return q, k, v, rng.normal(size=(2, nq, 3)).astype(dtype), kw
 
 
@@ -177,7 +193,13 @@ def torch_grads(q, k, v, g, kw, flash):
     if flash:
         out, _ = atorch.flash_attention(*qkv, **{**kw, "mask": mask})
     else:
-        full = combined(kw["mask"], kw["causal"], q.shape[1], k.shape[1])
+        full = combined(
+            kw["mask"],
+            kw["causal"],
+            q.shape[1],
+            k.shape[1],
+            kw.get("align", "top_left"),
+        )
         full = None if full is None else torch.tensor(full)
         out, _ = atorch.scaled_dot_product_attention(*qkv, mask=full)
     return torch.autograd.grad((out * torch.tensor(g)).sum(), qkv)
@@ -190,7 +212,13 @@ def tf_grads(q, k, v, g, kw, flash, function=False):
             if flash:
                 out, _ = atf.flash_attention(q, k, v, **kw)
             else:
-                full = combined(kw["mask"], kw["causal"], q.shape[1], k.shape[1])
+                full = combined(
+                    kw["mask"],
+                    kw["causal"],
+                    q.shape[1],
+                    k.shape[1],
+                    kw.get("align", "top_left"),
+                )
                 out, _ = atf.scaled_dot_product_attention(q, k, v, mask=full)
             loss = tf.reduce_sum(out * g)
         return tape.gradient(loss, [q, k, v])
@@ -372,6 +400,7 @@ BAD = {  # name -> (keyword changes or (q, k, v), exception, text in the message
     ),
     "mask dtype": ({"mask": np.ones((3, 5))}, TypeError, "mask must be boolean"),
     "causal": ({"causal": "yes"}, TypeError, "causal must be True or False"),
+    "align": ({"align": "bottom"}, ValueError, "align must be 'top_left'"),
     "scale": ({"scale": "0.5"}, TypeError, "scale must be None"),
     "features": (
         (Q, np.zeros((2, 5, 3)), V),
