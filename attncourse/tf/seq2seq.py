@@ -279,11 +279,9 @@ class Decoder(keras.layers.Layer):
             params.update({f"attn.{k}": v for k, v in self.attn.items()})
         return params
 
-    def step(self, tokens, state, enc_outputs, src_mask=None):
-        """One step: tokens (batch,) int, state (batch, H), enc_outputs
-        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
-        Returns (logits (batch, V), new state (batch, H), weights (batch,
-        src_len))."""
+    def checked_step_inputs(self, tokens, state, enc_outputs, src_mask):
+        """step()'s inputs as tensors, their shapes checked (one call, so that
+        step reads like the maths)."""
         tokens, state, enc_outputs = (
             tf.convert_to_tensor(t) for t in (tokens, state, enc_outputs)
         )
@@ -296,6 +294,16 @@ class Decoder(keras.layers.Layer):
             hidden_dim=self.hidden_dim,
             attention=self.attention,
             max_src_len=self.max_src_len,
+        )
+        return tokens, state, enc_outputs, src_mask
+
+    def step(self, tokens, state, enc_outputs, src_mask=None):
+        """One step: tokens (batch,) int, state (batch, H), enc_outputs
+        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
+        Returns (logits (batch, V), new state (batch, H), weights (batch,
+        src_len))."""
+        tokens, state, enc_outputs, src_mask = self.checked_step_inputs(
+            tokens, state, enc_outputs, src_mask
         )
         emb = self.embedding(tokens)  # (batch, E)
         if self.attention.startswith("luong"):  # update, then attend with s_t
