@@ -10,6 +10,7 @@ shape (batch, num_heads, n_q, n_k); a 3-D mask is read as (batch, n_q, n_k)
 and gets a head axis, so (batch, 1, n_k) padding masks work as everywhere else.
 """
 
+import functools
 import math
 
 import keras
@@ -65,9 +66,7 @@ def multi_head_attention(
     Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)),
     the weights as the softmax gave them (not dropped).
     """
-    queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
-    checks.multi_head_inputs(queries, keys, values, params, num_heads)
-    p = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
+    queries, keys, values, p = _checked_inputs(queries, keys, values, params, num_heads)
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
     k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
     v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
@@ -77,6 +76,15 @@ def multi_head_attention(
     heads = tf.matmul(dropped, v)  # (batch, heads, n_q, d_head)
     outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
+
+
+def _checked_inputs(queries, keys, values, params, num_heads):
+    """The inputs as tensors, checked, and the parameters in their dtype (one
+    call, so that multi_head_attention reads like the maths)."""
+    queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    params = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
+    return queries, keys, values, params
 
 
 def _project(x, params, c):
@@ -159,7 +167,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
         drop = None
         if self.drop is not None and training:
-            drop = lambda w: self.drop(w, training=True)  # noqa: E731
+            drop = functools.partial(self.drop, training=True)
         outputs, weights = multi_head_attention(
             queries, keys, values, self.params, self.num_heads, attention_mask, drop
         )

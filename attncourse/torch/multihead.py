@@ -10,6 +10,7 @@ shape (batch, num_heads, n_q, n_k); a 3-D mask is read as (batch, n_q, n_k)
 and gets a head axis, so (batch, 1, n_k) padding masks work as everywhere else.
 """
 
+import functools
 import math
 
 import torch
@@ -65,9 +66,7 @@ def multi_head_attention(
     Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)),
     the weights as the softmax gave them (not dropped).
     """
-    queries, keys, values = (torch.as_tensor(t) for t in (queries, keys, values))
-    checks.multi_head_inputs(queries, keys, values, params, num_heads)
-    p = {name: torch.as_tensor(v).to(queries) for name, v in params.items()}
+    queries, keys, values, p = _checked_inputs(queries, keys, values, params, num_heads)
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
     k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
     v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
@@ -76,6 +75,15 @@ def multi_head_attention(
     heads = (weights if drop is None else drop(weights)) @ v  # (b, h, n_q, d_head)
     outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
+
+
+def _checked_inputs(queries, keys, values, params, num_heads):
+    """The inputs as tensors, checked, and the parameters in their dtype (one
+    call, so that multi_head_attention reads like the maths)."""
+    queries, keys, values = (torch.as_tensor(t) for t in (queries, keys, values))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    params = {name: torch.as_tensor(v).to(queries) for name, v in params.items()}
+    return queries, keys, values, params
 
 
 def _project(x, params, c):
@@ -126,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
         drop = None
         if self.dropout and self.training:
-            drop = lambda w: F.dropout(w, p=self.dropout, training=True)  # noqa: E731
+            drop = functools.partial(F.dropout, p=self.dropout, training=True)
         outputs, weights = multi_head_attention(
             queries,
             keys,
