@@ -741,6 +741,11 @@ def block_sizes(d_model, num_heads, d_ff, norm, activation, dropout) -> None:
     check_heads(d_model, num_heads)
     check_positive("d_ff", d_ff)
     block_options(norm, activation)
+    check_dropout(dropout)
+
+
+def check_dropout(dropout) -> None:
+    """An attention-dropout rate: a number with 0 <= dropout < 1."""
     if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 

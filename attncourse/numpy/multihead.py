@@ -105,13 +105,26 @@ class MultiHeadAttention:
 
     input_dims = (d_q_in, d_k_in, d_v_in) is required: the weights are created
     here. d_out defaults to d_model. ``layer.params`` is the parameter dict
-    (glorot-uniform matrices, zero biases; see mha_param_shapes).
+    (glorot-uniform matrices, zero biases; see mha_param_shapes). ``dropout``
+    is stored for parity with the TensorFlow and PyTorch layers, which drop
+    attention weights while training; the NumPy reference never trains, so it
+    does not apply it.
     """
 
-    def __init__(self, num_heads, d_model, d_out=None, use_bias=True, input_dims=None):
+    def __init__(
+        self,
+        num_heads,
+        d_model,
+        d_out=None,
+        use_bias=True,
+        input_dims=None,
+        dropout=0.0,
+    ):
         self.input_dims = checks.multi_head_sizes(
             num_heads, d_model, input_dims, input_dims_required=True
         )
+        checks.check_dropout(dropout)
+        self.dropout = dropout
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias = use_bias

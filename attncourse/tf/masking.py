@@ -56,11 +56,17 @@ def masked_softmax(scores, mask=None):
     the softmax is taken, and the result is multiplied by the mask. (Filling
     with -inf instead would give 0/0 = NaN for such rows.)
     """
-    scores = tf.convert_to_tensor(scores)
-    mask = None if mask is None else tf.convert_to_tensor(mask)
-    checks.softmax_inputs(scores, mask)
+    scores, mask = _checked_inputs(scores, mask)
     if mask is None:
         return tf.nn.softmax(scores, axis=-1)
     fill = tf.constant(scores.dtype.min, dtype=scores.dtype)
     weights = tf.nn.softmax(tf.where(mask, scores, fill), axis=-1)
     return weights * tf.cast(mask, scores.dtype)
+
+
+def _checked_inputs(scores, mask):
+    """masked_softmax's scores and mask as tensors, checked."""
+    scores = tf.convert_to_tensor(scores)
+    mask = None if mask is None else tf.convert_to_tensor(mask)
+    checks.softmax_inputs(scores, mask)
+    return scores, mask

@@ -10,6 +10,7 @@ shape (batch, num_heads, n_q, n_k); a 3-D mask is read as (batch, n_q, n_k)
 and gets a head axis, so (batch, 1, n_k) padding masks work as everywhere else.
 """
 
+import functools
 import math
 
 import keras
@@ -51,27 +52,39 @@ def _head_mask(mask):
     return mask[:, None] if mask.shape.rank == 3 else mask
 
 
-def multi_head_attention(queries, keys, values, params, num_heads, mask=None):
+def multi_head_attention(
+    queries, keys, values, params, num_heads, mask=None, drop=None
+):
     """Multi-head scaled dot-product attention with the parameters ``params``.
 
     params: W_q (d_q_in, d_model), W_k (d_k_in, d_model), W_v (d_v_in,
     d_model), W_o (d_model, d_out); optional biases b_q, b_k, b_v (d_model,)
     and b_o (d_out,) -- tensors, variables or arrays (cast to the inputs'
     dtype). mask: bool, True = attend, broadcastable to (batch, num_heads,
-    n_q, n_k); a 3-D mask means (batch, n_q, n_k).
-    Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)).
+    n_q, n_k); a 3-D mask means (batch, n_q, n_k). drop: None, or a function
+    applied to the weights before they mix the values (attention dropout).
+    Returns (outputs (batch, n_q, d_out), weights (batch, num_heads, n_q, n_k)),
+    the weights as the softmax gave them (not dropped).
     """
-    queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
-    checks.multi_head_inputs(queries, keys, values, params, num_heads)
-    p = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
+    queries, keys, values, p = _checked_inputs(queries, keys, values, params, num_heads)
     q = split_heads(_project(queries, p, "q"), num_heads)  # (batch, heads, n_q, d_head)
     k = split_heads(_project(keys, p, "k"), num_heads)  # (batch, heads, n_k, d_head)
     v = split_heads(_project(values, p, "v"), num_heads)  # (batch, heads, n_k, d_head)
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(q.shape[-1])
     weights = masked_softmax(scores, _head_mask(mask))  # (batch, heads, n_q, n_k)
-    heads = tf.matmul(weights, v)  # (batch, heads, n_q, d_head)
+    dropped = weights if drop is None else drop(weights)
+    heads = tf.matmul(dropped, v)  # (batch, heads, n_q, d_head)
     outputs = _project(merge_heads(heads), p, "o")  # (batch, n_q, d_out)
     return outputs, weights
+
+
+def _checked_inputs(queries, keys, values, params, num_heads):
+    """The inputs as tensors, checked, and the parameters in their dtype (one
+    call, so that multi_head_attention reads like the maths)."""
+    queries, keys, values = (tf.convert_to_tensor(t) for t in (queries, keys, values))
+    checks.multi_head_inputs(queries, keys, values, params, num_heads)
+    params = {name: tf.cast(v, queries.dtype) for name, v in params.items()}
+    return queries, keys, values, params
 
 
 def _project(x, params, c):
@@ -86,16 +99,28 @@ class MultiHeadAttention(keras.layers.Layer):
     input_dims = (d_q_in, d_k_in, d_v_in) creates the weights at once;
     without it Keras creates them at the first call from the inputs' shapes.
     d_out defaults to d_model. ``layer.params`` is the parameter dict
-    (glorot-uniform matrices, zero biases; see mha_param_shapes).
+    (glorot-uniform matrices, zero biases; see mha_param_shapes). ``dropout``:
+    the rate at which attention weights are dropped while training (Keras
+    passes training=True in fit; a direct call can pass it); 0 = none.
     """
 
     def __init__(
-        self, num_heads, d_model, d_out=None, use_bias=True, input_dims=None, **kwargs
+        self,
+        num_heads,
+        d_model,
+        d_out=None,
+        use_bias=True,
+        input_dims=None,
+        dropout=0.0,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         input_dims = checks.multi_head_sizes(
             num_heads, d_model, input_dims, input_dims_required=False
         )
+        checks.check_dropout(dropout)
+        self.dropout = dropout
+        self.drop = keras.layers.Dropout(dropout) if dropout else None
         self.num_heads, self.d_model = num_heads, d_model
         self.d_out = d_model if d_out is None else d_out
         self.use_bias, self.input_dims = use_bias, None
@@ -130,15 +155,32 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         return dict(self._variables_by_name)
 
-    def call(self, queries, keys, values, attention_mask=None, return_weights=False):
+    def call(
+        self,
+        queries,
+        keys,
+        values,
+        attention_mask=None,
+        return_weights=False,
+        training=None,
+    ):
         """outputs (batch, n_q, d_out), plus weights if return_weights."""
+        drop = None
+        if self.drop is not None and training:
+            drop = functools.partial(self.drop, training=True)
         outputs, weights = multi_head_attention(
-            queries, keys, values, self.params, self.num_heads, attention_mask
+            queries, keys, values, self.params, self.num_heads, attention_mask, drop
         )
         return (outputs, weights) if return_weights else outputs
 
     def compute_output_spec(
-        self, queries, keys, values, attention_mask=None, return_weights=False
+        self,
+        queries,
+        keys,
+        values,
+        attention_mask=None,
+        return_weights=False,
+        training=None,
     ):
         batch, n_q = queries.shape[:2]
         out = keras.KerasTensor((batch, n_q, self.d_out), dtype=self.compute_dtype)
@@ -155,4 +197,5 @@ class MultiHeadAttention(keras.layers.Layer):
             "d_out": self.d_out,
             "use_bias": self.use_bias,
             "input_dims": self.input_dims,
+            "dropout": self.dropout,
         }

@@ -87,16 +87,30 @@ def key_value_attention(queries, keys, values, score_fn, mask=None, valid_lens=N
     "Normal mode" is keys = values = X: the same vectors are compared with
     the query and averaged (as in keras.layers.Attention without a key).
     """
+    queries, keys, values, mask, valid_lens = _checked_inputs(
+        queries, keys, values, mask, valid_lens
+    )
+    scores = _checked_scores(score_fn(queries, keys), queries, values)  # (b, nq, nk)
+    mask = _with_lengths(mask, valid_lens, keys.shape[1])
+    return soft_attention(scores, values, mask)
+
+
+def _checked_inputs(queries, keys, values, mask, valid_lens):
+    """key_value_attention's inputs as tensors, their shapes checked."""
     queries, keys, values, mask, valid_lens = _tensors(
         queries, keys, values, mask, valid_lens
     )
     checks.attention_inputs(queries, keys, values, mask, valid_lens)
-    scores = tf.convert_to_tensor(score_fn(queries, keys))  # (b, nq, nk)
+    return queries, keys, values, mask, valid_lens
+
+
+def _checked_scores(scores, queries, values):
+    """A score function's result as a tensor of shape (b, nq, nk)."""
+    scores = tf.convert_to_tensor(scores)
     checks.check_scores_shape(
         checks.shape_of(scores), (values.shape[0], queries.shape[1], values.shape[1])
     )
-    mask = _with_lengths(mask, valid_lens, keys.shape[1])
-    return soft_attention(scores, values, mask)
+    return scores
 
 
 def hard_attention(weights, values, mode="argmax", generator=None):

@@ -198,10 +198,9 @@ class Encoder(keras.layers.Layer):
             )
         return params
 
-    def call(self, tokens, valid_lens=None):
-        """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
-        state (batch, hidden)); the state is the last VALID step's if
-        valid_lens (batch,) is given, and outputs past it are zeros."""
+    def _checked_inputs(self, tokens, valid_lens):
+        """The inputs as tensors, their shapes checked (one call, so that
+        the forward pass reads like the maths)."""
         tokens = tf.convert_to_tensor(tokens)
         checks.check_tokens("tokens", tokens, "(batch, src_len)", 2)
         if valid_lens is not None:
@@ -209,6 +208,13 @@ class Encoder(keras.layers.Layer):
             checks.check_valid_lens(
                 checks.shape_of(valid_lens), checks.shape_of(tokens)[0], 1
             )
+        return tokens, valid_lens
+
+    def call(self, tokens, valid_lens=None):
+        """tokens (batch, src_len) int -> (outputs (batch, src_len, hidden),
+        state (batch, hidden)); the state is the last VALID step's if
+        valid_lens (batch,) is given, and outputs past it are zeros."""
+        tokens, valid_lens = self._checked_inputs(tokens, valid_lens)
         embedded = self.embedding(tokens)  # (batch, src_len, E)
         outputs, state = self.gru(embedded, None, valid_lens)
         if not self.bidirectional:
@@ -279,11 +285,9 @@ class Decoder(keras.layers.Layer):
             params.update({f"attn.{k}": v for k, v in self.attn.items()})
         return params
 
-    def step(self, tokens, state, enc_outputs, src_mask=None):
-        """One step: tokens (batch,) int, state (batch, H), enc_outputs
-        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
-        Returns (logits (batch, V), new state (batch, H), weights (batch,
-        src_len))."""
+    def _checked_step_inputs(self, tokens, state, enc_outputs, src_mask):
+        """step()'s inputs as tensors, their shapes checked (one call, so that
+        step reads like the maths)."""
         tokens, state, enc_outputs = (
             tf.convert_to_tensor(t) for t in (tokens, state, enc_outputs)
         )
@@ -296,6 +300,16 @@ class Decoder(keras.layers.Layer):
             hidden_dim=self.hidden_dim,
             attention=self.attention,
             max_src_len=self.max_src_len,
+        )
+        return tokens, state, enc_outputs, src_mask
+
+    def step(self, tokens, state, enc_outputs, src_mask=None):
+        """One step: tokens (batch,) int, state (batch, H), enc_outputs
+        (batch, src_len, H), src_mask bool (batch, src_len), True = real token.
+        Returns (logits (batch, V), new state (batch, H), weights (batch,
+        src_len))."""
+        tokens, state, enc_outputs, src_mask = self._checked_step_inputs(
+            tokens, state, enc_outputs, src_mask
         )
         emb = self.embedding(tokens)  # (batch, E)
         if self.attention.startswith("luong"):  # update, then attend with s_t

@@ -58,11 +58,18 @@ def masked_softmax(scores, mask=None):
     the softmax is taken, and the result is multiplied by the mask. (Filling
     with -inf instead would give 0/0 = NaN for such rows.)
     """
-    scores = torch.as_tensor(scores)
-    mask = None if mask is None else torch.as_tensor(mask, device=scores.device)
-    checks.softmax_inputs(scores, mask)
+    scores, mask = _checked_inputs(scores, mask)
     if mask is None:
         return torch.softmax(scores, dim=-1)
     fill = torch.finfo(scores.dtype).min
     weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
     return weights * mask.to(scores.dtype)
+
+
+def _checked_inputs(scores, mask):
+    """masked_softmax's scores and mask as tensors (the mask on the scores'
+    device), checked."""
+    scores = torch.as_tensor(scores)
+    mask = None if mask is None else torch.as_tensor(mask, device=scores.device)
+    checks.softmax_inputs(scores, mask)
+    return scores, mask

@@ -94,21 +94,73 @@ def _chapter_definitions(code: str):
             yield node
 
 
+def _checks_against_library(tags: list[str], code: str, name: str) -> bool:
+    """True if the cell asserts something and reads both the chapter's ``name``
+    and the library's attribute of that name (``atf.SelfAttention`` ...)."""
+    tree = parse_cell(code)
+    nodes = list(ast.walk(tree))
+    return (
+        any(isinstance(n, ast.Assert) for n in nodes)
+        and any(isinstance(n, ast.Name) and n.id == name for n in nodes)
+        and any(isinstance(n, ast.Attribute) and n.attr == name for n in nodes)
+    )
+
+
+def copies_of_library_code(cells: list[tuple[list[str], str]]) -> list[str]:
+    """Why each class or function the cells define is a copy of library code.
+
+    A definition may not copy the body of a library function (under any
+    name). It may reuse a library *name* only as a step-by-step teaching cell
+    that the page checks against the library: a cell of the same framework
+    tab (or an untagged one), at or after the definition, that asserts and
+    reads both the chapter's name and the library's (``CustomAttention`` and
+    ``atf.CustomAttention``). Such a cell shows the reader the library *is*
+    what they watched being built; it is not a second copy."""
+    problems = []
+    for index, (tags, code) in enumerate(cells):
+        framework = set(tags) & set(FRAMEWORK_TAGS)
+        for node in _chapter_definitions(code):
+            copied = LIBRARY_BODIES.get(_body(node))
+            if copied is not None and len(node.body) >= 2:
+                problems.append(
+                    f"defines {node.name} with the body of {copied}; import it "
+                    f"(or show it with show_source()) instead"
+                )
+            if node.name in LIBRARY_NAMES and not any(
+                _checks_against_library(later_tags, later_code, node.name)
+                for later_tags, later_code in cells[index:]
+                if not (set(later_tags) & set(FRAMEWORK_TAGS)) - framework
+            ):
+                problems.append(
+                    f"defines {node.name}, which the attncourse package already "
+                    f"has; show it with show_source(), or assert on the page "
+                    f"that it equals the library's {node.name}"
+                )
+    return problems
+
+
 @pytest.mark.parametrize("doc", chapters())
 def test_chapter_does_not_redefine_library_code(doc):
     """One source of truth: chapters show library code, they do not copy it --
-    neither under the library's name nor under another one."""
-    for _, code in code_cells(source_path(doc)):
-        for node in _chapter_definitions(code):
-            assert node.name not in LIBRARY_NAMES, (
-                f"{doc} defines {node.name}, which the attncourse package "
-                f"already has; show it with show_source() instead"
-            )
-            copied = LIBRARY_BODIES.get(_body(node))
-            assert copied is None or len(node.body) < 2, (
-                f"{doc} defines {node.name} with the body of {copied}; "
-                f"import it (or show it with show_source()) instead"
-            )
+    neither under the library's name nor under another one. A teaching cell
+    that rebuilds a library layer and is checked against it is allowed."""
+    problems = copies_of_library_code(code_cells(source_path(doc)))
+    assert not problems, f"{doc}: " + "; ".join(problems)
+
+
+def test_a_teaching_cell_must_be_checked_against_the_library():
+    layer = "class CustomAttention:\n    def call(self, x):\n        return x @ x\n"
+    unchecked = [(["tensorflow"], layer)]
+    assert copies_of_library_code(unchecked)
+    checked = "mine, lib = CustomAttention(), atf.CustomAttention()\n"
+    checked += "assert max_diff(mine(x), lib(x)) < 1e-6\n"
+    assert not copies_of_library_code([*unchecked, (["tensorflow"], checked)])
+    # a check without an assert, or in the other framework's tab, is no check
+    no_assert = checked.replace("assert ", "print")
+    assert copies_of_library_code([*unchecked, (["tensorflow"], no_assert)])
+    assert copies_of_library_code([*unchecked, (["pytorch"], checked)])
+    # a check must come at or after the definition
+    assert copies_of_library_code([(["tensorflow"], checked), *unchecked])
 
 
 def test_the_copy_check_sees_a_renamed_copy():

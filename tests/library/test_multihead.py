@@ -254,3 +254,42 @@ def test_bad_mask_shape(rng):
         )
     )
     assert "(4, 5) does not broadcast" in msg
+
+
+def _dropout_layers(rate):
+    """The TF and torch layers with one set of weights and attention dropout."""
+    ref = anp.MultiHeadAttention(2, 8, input_dims=(8, 8, 8), dropout=rate)
+    layer_tf = atf.MultiHeadAttention(2, 8, input_dims=(8, 8, 8), dropout=rate)
+    layer_pt = atorch.MultiHeadAttention(2, 8, input_dims=(8, 8, 8), dropout=rate)
+    atf.set_params(layer_tf, anp.get_params(ref))
+    atorch.set_params(layer_pt, anp.get_params(ref))
+    return ref, layer_tf, layer_pt
+
+
+def test_attention_dropout_only_while_training(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    ref, layer_tf, layer_pt = _dropout_layers(0.5)
+    expected, expected_w = ref(x, x, x, return_weights=True)
+    # inference: dropout is the identity, as if the rate were 0
+    assert_close(layer_tf(x, x, x), expected, atol=1e-5)
+    layer_pt.eval()
+    assert_close(layer_pt(*(to_torch(x),) * 3), expected, atol=1e-5)
+    # training: the output changes, the returned weights are the softmax's
+    out_tf, w_tf = layer_tf(x, x, x, return_weights=True, training=True)
+    layer_pt.train()
+    out_pt, w_pt = layer_pt(*(to_torch(x),) * 3, return_weights=True)
+    for out, w in ((out_tf, w_tf), (out_pt, w_pt)):
+        assert np.abs(to_np(out) - expected).max() > 1e-3
+        assert_close(w, expected_w, atol=1e-5)
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0, True])
+def test_bad_dropout_rate(rate):
+    for module in (anp, atf, atorch):
+        with pytest.raises(ValueError, match="dropout"):
+            module.MultiHeadAttention(2, 8, input_dims=(8, 8, 8), dropout=rate)
+
+
+def test_keras_config_keeps_the_dropout_rate():
+    layer = atf.MultiHeadAttention(2, 8, input_dims=(8, 8, 8), dropout=0.25)
+    assert atf.MultiHeadAttention.from_config(layer.get_config()).dropout == 0.25
