@@ -235,3 +235,37 @@ def test_an_unknown_assignment_language_is_refused():
     slug = _assignment_slugs()[0]
     with pytest.raises(sect.AssignmentError, match="assignment_language"):
         sect.render(slug, ROOT, language="fr")
+
+
+def test_chinese_emphasis_is_marked_upright_and_latin_emphasis_is_not():
+    """Chinese has no italics: emphasis with Chinese text gets the ``cjk`` class,
+    which the CSS shows upright with emphasis dots (book/_ext/cjk_webfont.py)."""
+    from cjk_webfont import EMPHASIS_CLASS, EMPHASIS_CSS, CJKEmphasis
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    document = new_document("<test>")
+    chinese, latin, mixed = (
+        nodes.emphasis(text=t) for t in ("软", "not", "expected loss 期望损失")
+    )
+    document += nodes.paragraph("", "", chinese, latin, mixed)
+    CJKEmphasis(document).apply()
+    assert [EMPHASIS_CLASS in e["classes"] for e in (chinese, latin, mixed)] == [
+        True,
+        False,
+        True,
+    ]
+    rule = EMPHASIS_CSS.split("}")[0]
+    assert rule.startswith(f"em.{EMPHASIS_CLASS} {{")
+    assert "font-style: normal" in rule and "text-emphasis: filled dot" in rule
+
+
+def test_the_chinese_pages_emphasize_chinese_text():
+    """There is Chinese emphasis for the rule to mark (it is not dead code)."""
+    starred = re.compile(r"(?<![*\\])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\*)")
+    found = 0
+    for name in PAGES:
+        text, _ = zh_edition.assemble(name)
+        for match in starred.finditer(re.sub(r"\$[^$]*\$|`[^`]*`", "", text)):
+            found += bool(zh_edition.CJK.search(match[1]))
+    assert found > 50

@@ -204,3 +204,22 @@ def test_the_coverage_report_says_every_page_is_translated(site):
     assert "| **all** |" in table and "(100.0%)" in table
     seconds = float((report_dir(site) / "build-seconds.txt").read_text())
     assert seconds > 0
+
+
+def test_chinese_emphasis_is_upright_on_the_chinese_pages(site):
+    """No italic Chinese: every <em> with Chinese text has the class whose CSS
+    sets it upright with emphasis dots (book/_ext/cjk_webfont.py)."""
+    from cjk_webfont import EMPHASIS_CLASS, EMPHASIS_CSS, HAN
+
+    marked, slanted = 0, []
+    for doc in toc_files():
+        for em in soup(zh_site(site) / f"{doc}.html").select("main em"):
+            if HAN.search(em.get_text()):
+                if EMPHASIS_CLASS in em.get("class", []):
+                    marked += 1
+                else:
+                    slanted.append(f"{doc}: {em.get_text()}")
+    assert not slanted, slanted[:10]
+    assert marked > 50
+    css = (zh_site(site) / "_static" / "cjk-webfont.css").read_text(encoding="utf-8")
+    assert EMPHASIS_CSS in css
