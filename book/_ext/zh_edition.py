@@ -490,6 +490,8 @@ def zh_config(out_root: Path) -> dict:
     sphinx["local_extensions"] = {
         name: str(ROOT / path) for name, path in sphinx["local_extensions"].items()
     }
+    # the query splitter that cuts 教师强制 into the index's words
+    sphinx["local_extensions"]["zh_search"] = str(ROOT / "book" / "_ext")
     sphinx["config"].update(
         {
             "language": "zh_CN",
@@ -510,13 +512,35 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+# a term, not a phrase: jieba indexes only the 2- and 3-character words inside a
+# dictionary word, so a bold sentence as one word would hide its longer terms
+SEARCH_WORD = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fffA-Za-z0-9]{2,6}")
+
+
+def bold_terms(text: str) -> set[str]:
+    """The Chinese terms a page introduces in bold (``**教师强制**``): words
+    of two to six characters, no punctuation, math or code."""
+    found = {m[1].replace(" ", "") for m in BOLD.finditer(text)}
+    return {w for w in found if CJK.search(w) and SEARCH_WORD.fullmatch(w)}
+
+
+def search_words() -> list[str]:
+    """The words the Chinese search index keeps whole (see zh_search.py): the
+    glossary's Chinese terms, ``search_words`` of _meta.yml and the bold terms
+    of every page, without spaces (jieba's dictionary has none)."""
+    words = {t for t in termbase().values() if CJK.search(t)}
+    words |= set(meta().get("search_words", []))
+    for name in page_names():
+        words |= bold_terms(assemble(name)[0])
+    return sorted({w.replace(" ", "") for w in words})
+
+
 def search_dictionary() -> str:
-    """jieba's user dictionary: the glossary's Chinese terms stay whole words in
-    the search index (so 多头注意力 finds multi-head attention), each also cut
-    into the smaller words jieba knows."""
-    words = sorted({t for t in termbase().values() if CJK.search(t)})
-    words += sorted(set(meta().get("search_words", [])) - set(words))
-    return "".join(f"{w.replace(' ', '')} 100000 n\n" for w in words)
+    """jieba's user dictionary: the :func:`search_words` stay whole words in the
+    search index (so 多头注意力 finds multi-head attention), each also cut into
+    the smaller words jieba knows."""
+    return "".join(f"{w} 100000 n\n" for w in search_words())
 
 
 def generate(src: Path, out_root: Path, allow_drift: bool) -> list[Report]:

@@ -195,6 +195,7 @@ def test_the_chinese_book_config_and_toc(tmp_path):
     assert sphinx["assignment_language"] == "zh"
     assert config["execute"]["cache"] == str(out / "_build" / ".jupyter_cache")
     assert sphinx["html_search_options"]["dict"].startswith("/")
+    assert "zh_search" in sphinx["local_extensions"]  # the query splitter
     english = yaml.safe_load((ROOT / "_toc.yml").read_text())
     chinese = zh_edition.zh_toc()
     names = [c["file"] for p in chinese["parts"] for c in p["chapters"]]
@@ -269,3 +270,112 @@ def test_the_chinese_pages_emphasize_chinese_text():
         for match in starred.finditer(re.sub(r"\$[^$]*\$|`[^`]*`", "", text)):
             found += bool(zh_edition.CJK.search(match[1]))
     assert found > 50
+
+
+# terms a reader searched for and did not find (the search splitter cut them)
+SEARCHED = ["教师强制", "贪心解码", "束搜索", "曝光偏差", "残差流", "多查询注意力"]
+
+
+def _glossary_terms() -> list[str]:
+    return sorted({t for t in zh_edition.termbase().values() if " " not in t})
+
+
+@pytest.fixture(scope="module")
+def search_dictionary(tmp_path_factory):
+    path = tmp_path_factory.mktemp("search") / zh_edition.SEARCH_DICT
+    path.write_text(zh_edition.search_dictionary(), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("term", SEARCHED + _glossary_terms())
+def test_the_search_index_keeps_each_term_whole_where_it_is_used(
+    term, search_dictionary
+):
+    """Sphinx's Chinese search cuts the text with jieba and the user dictionary
+    (zh_edition.search_dictionary); a term cut into pieces is a term nobody
+    finds. Every page using the term gets it as one word of the index."""
+    from zh_search import index_words
+
+    if len(term) < 2:
+        pytest.skip(f"{term}: Sphinx indexes no one-character word")
+    pages = [n for n in PAGES if term in zh_edition.assemble(n)[0]]
+    assert pages, f"{term} is on no page"
+    for name in pages:
+        text = zh_edition.assemble(name)[0]
+        assert term in index_words(text, search_dictionary), name
+
+
+def _split_query(query: str, terms: list[str]) -> list[str]:
+    """The Chinese edition's query splitter (zh_search.JS_SPLITTER), run by node
+    on an index that has ``terms``."""
+    import json
+    import subprocess
+
+    from zh_search import JS_SPLITTER
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the query splitter")
+    index = {"terms": dict.fromkeys(terms, 0), "titleterms": {}}
+    script = (
+        f"const Search = {{_index: {json.dumps(index)}}};\n{JS_SPLITTER}\n"
+        f"console.log(JSON.stringify(splitQuery({json.dumps(query)})));"
+    )
+    out = subprocess.run(
+        [node, "-e", script], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out)
+
+
+def test_the_query_splitter_cuts_a_chinese_query_into_index_words():
+    terms = ["教师", "强制", "教师强制", "注意力", "多头注意力", "函数", "softmax"]
+    assert _split_query("教师强制", terms) == ["教师强制"]
+    assert _split_query("多头注意力", terms) == ["多头注意力"]
+    # not a word of the index: the longest index words, left to right
+    assert _split_query("多头注意力函数", terms) == ["多头注意力", "函数"]
+    assert _split_query("教师强制 softmax函数", terms) == [
+        "教师强制",
+        "softmax",
+        "函数",
+    ]
+    # a lone character the index lacks is dropped (it would match no page)
+    assert _split_query("键的强制", terms) == ["强制"]
+    # nothing known: the query as the default splitter gives it
+    assert _split_query("完全陌生", terms) == ["完全陌生"]
+
+
+def test_a_sphinx_build_with_the_chinese_search_finds_the_terms(
+    tmp_path, search_dictionary
+):
+    """A small Sphinx project with the Chinese edition's search settings
+    (zh_edition.zh_config): the built index has each searched term as a word,
+    and the query splitter keeps it whole."""
+    import json
+
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    text = (
+        "训练采用教师强制，测试时用贪心解码或束搜索，两者的不一致称为曝光偏差。"
+        "每一层都往残差流上加东西；多查询注意力让所有查询头共用一组键/值头。"
+        "缩放点积注意力与层归一化。"
+    )
+    (src / "index.rst").write_text(f"术语\n====\n\n{text}\n", encoding="utf-8")
+    (src / "conf.py").write_text(
+        "extensions = ['zh_search']\n"
+        "language = 'zh_CN'\nhtml_search_language = 'zh'\n"
+        f"html_search_options = {{'dict': {search_dictionary!r}}}\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "html"
+    app = Sphinx(src, src, out, tmp_path / "doctrees", "html", status=None)
+    app.build()
+    raw = (out / "searchindex.js").read_text(encoding="utf-8")
+    index = json.loads(raw[raw.index("(") + 1 : raw.rindex(")")])
+    for term in [*SEARCHED, "点积注意力", "层归一化"]:
+        assert term in index["terms"], term
+        assert _split_query(term, list(index["terms"])) == [term]
+    # the browser gets the query splitter
+    language_data = out / "_static" / "language_data.js"
+    assert "Script=Han" in language_data.read_text(encoding="utf-8")

@@ -223,3 +223,35 @@ def test_chinese_emphasis_is_upright_on_the_chinese_pages(site):
     assert marked > 50
     css = (zh_site(site) / "_static" / "cjk-webfont.css").read_text(encoding="utf-8")
     assert EMPHASIS_CSS in css
+
+
+def _prose(text: str) -> str:
+    """A Chinese page's source without its code cells."""
+    return "\n".join(i.text for i in zh_edition.split(text) if i.kind != "code")
+
+
+def _searched_terms() -> list[str]:
+    """The terms readers searched for and the glossary's Chinese terms (those
+    the index can hold: two characters or more, no space)."""
+    terms = {t for t in zh_edition.termbase().values() if " " not in t}
+    terms |= {"教师强制", "贪心解码", "束搜索", "曝光偏差", "残差流", "多查询注意力"}
+    return sorted(t for t in terms if len(t) > 1)
+
+
+@pytest.mark.parametrize("term", _searched_terms())
+def test_the_built_search_index_finds_each_term_where_it_is_used(site, term):
+    """Each term is one word of the built index, pointing at the pages whose
+    text has it (the glossary at least, for a glossary term)."""
+    index = _search_index(site)
+    docs = index["docnames"]
+    found = set()
+    for table in ("terms", "titleterms"):
+        hits = index[table].get(term, [])
+        found |= {docs[i] for i in ([hits] if isinstance(hits, int) else hits)}
+    using = {
+        f"book/{n}"
+        for n in zh_edition.page_names()
+        if term in _prose(zh_edition.assemble(n)[0])
+    }
+    assert using, f"{term} is on no page"
+    assert using <= found, f"{term}: not found on {sorted(using - found)}"
