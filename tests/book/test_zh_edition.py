@@ -195,7 +195,7 @@ def test_the_chinese_book_config_and_toc(tmp_path):
     assert sphinx["assignment_language"] == "zh"
     assert config["execute"]["cache"] == str(out / "_build" / ".jupyter_cache")
     assert sphinx["html_search_options"]["dict"].startswith("/")
-    assert "zh_search" in sphinx["local_extensions"]  # the query splitter
+    assert "zh_search" in config["sphinx"]["local_extensions"]  # query splitter
     english = yaml.safe_load((ROOT / "_toc.yml").read_text())
     chinese = zh_edition.zh_toc()
     names = [c["file"] for p in chinese["parts"] for c in p["chapters"]]
