@@ -379,3 +379,17 @@ def test_a_sphinx_build_with_the_chinese_search_finds_the_terms(
     # the browser gets the query splitter
     language_data = out / "_static" / "language_data.js"
     assert "Script=Han" in language_data.read_text(encoding="utf-8")
+
+
+def test_the_chinese_index_names_the_three_source_notes():
+    """Chapters cite the notes as 笔记 000, 001 and 004; the index says which
+    note each number is."""
+    cited = set()
+    for name in PAGES:
+        cited |= set(re.findall(r"笔记 (\d{3})", zh_edition.assemble(name)[0]))
+    index, _ = zh_edition.assemble("index")
+    for number in sorted(cited):
+        entry = re.search(rf"^- \*\*笔记 {number}\*\*，(.+)$", index, re.M)
+        assert entry, f"the index does not name 笔记 {number}"
+        assert "《" in entry[1] or "笔记" in entry[1]
+    assert cited == {"000", "001", "004"}
