@@ -22,6 +22,13 @@ may not change the math, code or cross-reference targets of its unit
 (:func:`span_problems`), and shows each glossary term it links with the glossary's
 Chinese term (:func:`term_problems`).
 
+One term per concept: :data:`VARIANTS` lists the words the edition does *not* use
+for a concept, each with the term it uses (存储器, not 记忆, for the fixed-size
+memory); a translation using one is *invalid* (:func:`variant_problems`), except
+inside quotation marks (a note quoted verbatim, an alias named). The glossary names
+the aliases that readers of other Chinese textbooks know (:data:`ALIASES`:
+注意力评分函数 in 《动手学深度学习》), each in quotation marks in its entry.
+
     python book/_ext/zh_edition.py status [NAME ...]   coverage and problems (exit 1)
     python book/_ext/zh_edition.py sync NAME ...       rewrite translation files in the
                                                        English order, with placeholders
@@ -293,6 +300,57 @@ def term_problems(english: str, chinese: str) -> list[str]:
     return problems
 
 
+# one term per concept: (pattern of a variant, the edition's term). A variant in
+# quotation marks is allowed (a note quoted word for word, an alias named).
+VARIANTS: list[tuple[str, str]] = [
+    (r"(?<!长短期)(?<!短时)(?<!长时)记忆", "存储器"),  # the fixed-size memory
+    (r"(?i:kv) ?头|键值头|键/值 头", "键/值头"),
+    (r"硬性注意力", "硬注意力"),
+    (r"软性注意力", "软注意力"),
+    (r"右下对齐", "右下角对齐"),
+    (r"左上对齐", "左上角对齐"),
+    (r"层规范化|层标准化|层正则化", "层归一化"),
+    (r"评分函数", "打分函数"),  # (得分函数估计量 is REINFORCE)
+    (r"掩蔽|遮蔽", "掩码"),
+    (r"集束搜索", "束搜索"),
+    (r"语境向量|上下文变量", "上下文向量"),
+    (r"令牌", "词元"),
+    (r"前馈层", "前馈网络"),
+    (r"(?i:kv) ?缓存|键/值缓存|KV-?cache 缓存", "键值缓存"),
+    (r"自我注意力|内部注意力", "自注意力"),
+    (r"点乘注意力|内积注意力", "点积注意力"),
+    (r"编码器[-－–]解码器注意力", "交叉注意力"),
+    (r"老师强制|教师强迫", "教师强制"),
+]
+# the glossary's Chinese term -> names readers of 《动手学深度学习》 (d2l-zh) or
+# 《神经网络与深度学习》 know for it; its entry names each in quotation marks
+ALIASES: dict[str, list[str]] = {
+    "注意力打分函数": ["注意力评分函数"],
+    "掩码": ["掩蔽"],
+    "层归一化": ["层规范化"],
+    "前馈网络": ["基于位置的前馈网络"],
+    "上下文向量": ["上下文变量"],
+    "交叉注意力": ["编码器－解码器注意力"],
+    "自注意力": ["内部注意力"],
+    "软注意力": ["软性注意力"],
+    "硬注意力": ["硬性注意力"],
+    "键值缓存": ["KV 缓存"],
+}
+QUOTED = re.compile(r"“[^”]*”|「[^」]*」|‘[^’]*’")
+
+
+def variant_problems(chinese: str) -> list[str]:
+    """The :data:`VARIANTS` a translation uses outside quotation marks, math,
+    code and link targets."""
+    text = re.sub(r"\$[^$]*\$|`[^`]*`|<[^>\n]*>", " ", chinese)
+    text = QUOTED.sub(" ", text)
+    problems = []
+    for pattern, term in VARIANTS:
+        for found in sorted(set(re.findall(pattern, text))):
+            problems.append(f"uses {found!r}: the edition's term is {term!r}")
+    return problems
+
+
 def glossary_problems(english: str, chinese: str) -> list[str]:
     """A Chinese glossary entry: its Chinese term, then the English term(s)."""
     heads_en = [line for line in english.split("\n") if not line.startswith(" ")]
@@ -305,7 +363,11 @@ def glossary_problems(english: str, chinese: str) -> list[str]:
     want = [chinese_term] + heads_en
     if heads_zh != want:
         return [f"entry must open with the lines {want} (has {heads_zh})"]
-    return []
+    return [
+        f"entry {chinese_term!r} must name the alias “{alias}” (ALIASES)"
+        for alias in ALIASES.get(chinese_term, [])
+        if f"“{alias}" not in chinese
+    ]
 
 
 @dataclass
@@ -377,7 +439,7 @@ def assemble(name: str, allow_drift: bool = False) -> tuple[str, Report]:
             report.untranslated.append(f"{rel}:{t.line}: {item.hash} is still English")
             out.append(item.text)
             continue
-        bad = span_problems(item.text, t.text)
+        bad = span_problems(item.text, t.text) + variant_problems(t.text)
         if name == "glossary":
             bad += glossary_problems(item.text, t.text)
         if bad:
@@ -530,6 +592,7 @@ def search_words() -> list[str]:
     glossary's Chinese terms, ``search_words`` of _meta.yml and the bold terms
     of every page, without spaces (jieba's dictionary has none)."""
     words = {t for t in termbase().values() if CJK.search(t)}
+    words |= {a for aliases in ALIASES.values() for a in aliases if CJK.search(a)}
     words |= set(meta().get("search_words", []))
     for name in page_names():
         words |= bold_terms(assemble(name)[0])

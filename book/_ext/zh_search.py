@@ -63,10 +63,11 @@ function splitQuery(query) {
 
 
 class SearchChineseTerms(SearchChinese):
-    """Sphinx's Chinese search with the query splitter above, and a dictionary
-    term inside a longer word indexed too: jieba's search mode adds only the
-    two- and three-character words inside a word, so 点积注意力 inside
-    缩放点积注意力 would be no word of the page."""
+    """Sphinx's Chinese search with the query splitter above, and every term of
+    the dictionary that the text has indexed as a word. jieba's segmentation
+    alone loses some: its search mode adds only the two- and three-character
+    words inside a word (点积注意力 inside 缩放点积注意力), and a word may end
+    inside a term (软性注意力|机制 hides 注意力机制)."""
 
     js_splitter_code = JS_SPLITTER
     terms: frozenset[str] = frozenset()
@@ -80,14 +81,8 @@ class SearchChineseTerms(SearchChinese):
 
     def split(self, input: str) -> list[str]:
         words = super().split(input)
-        inner = [
-            term
-            for word in words
-            if len(word) > 3
-            for term in self.terms
-            if len(term) > 3 and term != word and term in word
-        ]
-        return words + inner
+        seen = set(words)
+        return words + [t for t in sorted(self.terms) if t in input and t not in seen]
 
 
 def index_words(text: str, dictionary: str | None = None) -> list[str]:

@@ -277,7 +277,11 @@ SEARCHED = ["教师强制", "贪心解码", "束搜索", "曝光偏差", "残差
 
 
 def _glossary_terms() -> list[str]:
-    return sorted({t for t in zh_edition.termbase().values() if " " not in t})
+    """The glossary's Chinese terms and aliases that jieba can keep whole (Chinese
+    characters only: it cuts at spaces and punctuation)."""
+    terms = set(zh_edition.termbase().values())
+    terms |= {a for aliases in zh_edition.ALIASES.values() for a in aliases}
+    return sorted(t for t in terms if re.fullmatch(r"[\u4e00-\u9fff]+", t))
 
 
 @pytest.fixture(scope="module")
@@ -393,3 +397,49 @@ def test_the_chinese_index_names_the_three_source_notes():
         assert entry, f"the index does not name 笔记 {number}"
         assert "《" in entry[1] or "笔记" in entry[1]
     assert cited == {"000", "001", "004"}
+
+
+def test_variant_problems_name_a_variant_outside_quotes_math_and_code():
+    problems = zh_edition.variant_problems("固定大小的记忆；每个 kv 头重复；右下对齐。")
+    assert problems == [
+        "uses '记忆': the edition's term is '存储器'",
+        "uses 'kv 头': the edition's term is '键/值头'",
+        "uses '右下对齐': the edition's term is '右下角对齐'",
+    ]
+    # a note quoted word for word, an alias named, code and math are not prose
+    quoted = "笔记写道：“硬性注意力需要通过强化学习来训练”。`kv 头` 与 $\\text{记忆}$"
+    assert zh_edition.variant_problems(quoted) == []
+    assert zh_edition.variant_problems("长短期记忆网络与得分函数估计量") == []
+
+
+def test_the_variant_table_points_at_terms_the_edition_uses():
+    """Each preferred term is used and is no variant itself; each alias the
+    glossary names is a variant or a term of another textbook, never the
+    edition's own term."""
+    text = "\n".join(zh_edition.assemble(n)[0] for n in PAGES)
+    for pattern, term in zh_edition.VARIANTS:
+        assert term in text, term
+        assert not re.search(pattern, term), (pattern, term)
+    terms = set(zh_edition.termbase().values())
+    assert set(zh_edition.ALIASES) <= terms
+    for term, aliases in zh_edition.ALIASES.items():
+        assert not set(aliases) & terms, term
+
+
+def test_a_variant_or_a_missing_alias_fails_status(sandbox, capsys):
+    """Status reports a non-preferred variant as a problem, and a glossary entry
+    that drops the alias readers of d2l-zh know."""
+    page = zh_edition.translation_path("sparse-linear-attention")
+    page.write_text(
+        page.read_text(encoding="utf-8").replace("固定大小的存储器", "固定大小的记忆"),
+        encoding="utf-8",
+    )
+    glossary = zh_edition.translation_path("glossary")
+    glossary.write_text(
+        glossary.read_text(encoding="utf-8").replace("“层规范化”", "层规范化"),
+        encoding="utf-8",
+    )
+    assert zh_edition.main(["status", "sparse-linear-attention", "glossary"]) == 1
+    out = capsys.readouterr().out
+    assert "uses '记忆': the edition's term is '存储器'" in out
+    assert "must name the alias “层规范化”" in out
