@@ -124,7 +124,7 @@ def test_span_problems_catch_changed_math_code_targets_and_options(
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     """A copy of the sources that zh_edition.py reads, to edit the English."""
-    for path in ("_toc.yml", "_config.yml", "book/zh", "book/figures"):
+    for path in ("_toc.yml", "_config.yml", "book/zh", "book/figures", "solutions"):
         src, dst = ROOT / path, tmp_path / path
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -215,19 +215,65 @@ def _assignment_slugs() -> list[str]:
 
 
 @pytest.mark.parametrize("slug", _assignment_slugs())
-def test_chinese_exercise_sections_say_the_notebooks_are_english(slug):
+def test_chinese_exercise_sections_are_chinese(slug):
+    """The notebooks stay English; the Chinese Exercise section says so, and its
+    prose (title, intro, part titles, test lines) is Chinese: every prose unit
+    the notebook supplies is replaced by its translation. The code it shows
+    (the def/class lines, their docstrings) is the notebook's."""
     import assignment_section as sect
 
     chinese = sect.render(slug, ROOT, language="zh")
     assert "作业笔记本用英文写成" in chinese and "英文笔记本" in chinese
     assert f"</exercises/{slug}/{slug}.ipynb>" in chinese
     assert "| 部分 | 你要实现的 | 可见测试 | 隐藏测试 | 分值 |" in chinese
-    # the notebook's own words (its title, intro, interface) are the English ones
     a = sect.read_assignment(ROOT / "solutions" / slug / f"{slug}.ipynb", slug)
-    assert a.title in chinese
-    for part in a.parts:
-        assert f"{part.title} — {part.points} 分" in chinese
+    prose = re.sub(r"^(`{3,})python\n.*?^\1$", "", chinese, flags=re.S | re.M)
+    for unit in zh_edition.assignment_units(a):
+        assert unit not in prose, f"still English: {unit[:60]!r}"
+    assert f"```{{rubric}} {a.title}" not in chinese
+    for i, part in enumerate(a.parts, 1):
+        label = part.title.split("·", 1)[1].strip()
+        assert f"第 {i} 部分 · {label} — {part.points} 分" in chinese
         assert all(f"`{n}`" in chinese for n in part.names)
+        assert all(stub in chinese for stub in part.stubs)
+    tests = [line for line in chinese.splitlines() if line.startswith("- 隐藏测试")]
+    assert tests and all(zh_edition.CJK.search(t.split("：", 1)[1]) for t in tests)
+    assert "<!--" not in chinese
+
+
+def test_the_exercise_translations_are_complete_and_current():
+    report = zh_edition.assignments_report()
+    assert report.units > 100
+    assert not report.problems, "\n".join(report.problems)
+    assert report.translated == report.units
+
+
+def _edit_notebook_intro(root, slug: str, old: str, new: str) -> None:
+    import json
+
+    path = root / "solutions" / slug / f"{slug}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "intro":
+            text = "".join(cell["source"])
+            assert old in text
+            cell["source"] = text.replace(old, new)
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
+def test_an_edited_notebook_intro_fails_status_naming_it(sandbox, capsys):
+    """Drift of the Exercise sections is an error, as for a page: the edited
+    unit is missing, its old translation stale; sync writes the placeholder."""
+    _edit_notebook_intro(sandbox, "addressing", "the more its value counts", "the more")
+    assert zh_edition.main(["status", "_assignments"]) == 1
+    out = capsys.readouterr().out
+    assert "solutions/addressing/addressing.ipynb: no translation of" in out
+    assert "translates English that is no longer there" in out
+    zh_edition.main(["sync", "_assignments"])
+    capsys.readouterr()
+    assert zh_edition.main(["status", "_assignments"]) == 1
+    out = capsys.readouterr().out
+    assert "is still English" in out and "no longer there" in out
 
 
 def test_an_unknown_assignment_language_is_refused():

@@ -169,6 +169,12 @@ def test_chinese_exercise_sections_link_the_english_notebooks(site, doc):
     assert notebook.read_bytes() == release.read_bytes()
     text = html.get_text(" ")
     assert "作业笔记本用英文写成" in text and "下载作业（英文笔记本）" in text
+    # the section's prose is Chinese (book/zh/_assignments.md)
+    section = html.select_one("div.assignment")
+    assert section is not None, f"{doc}: no Exercise section"
+    assert "第 1 部分" in section.get_text(" ")
+    for word in ("How this notebook is graded", "Write your code where", "Chapter:"):
+        assert word not in section.get_text(" "), (doc, word)
 
 
 def test_chinese_glossary_links_land_on_chinese_glossary_entries(site):
