@@ -336,6 +336,7 @@ VARIANTS: list[tuple[str, str]] = [
     (r"点乘注意力|内积注意力", "点积注意力"),
     (r"编码器[-－–]解码器注意力", "交叉注意力"),
     (r"老师强制|教师强迫", "教师强制"),
+    (r"编码器[–—]解码器(?!注意力)", "编码器-解码器"),  # one hyphen, as d2l-zh
 ]
 # the glossary's Chinese term -> names readers of 《动手学深度学习》 (d2l-zh) or
 # 《神经网络与深度学习》 know for it; its entry names each in quotation marks
