@@ -424,7 +424,8 @@ def intro_table_problems(assignment: Assignment) -> list[str]:
 
 # The section's own words, per edition. The notebooks are English in both: the
 # Chinese edition (book/_ext/zh_edition.py, ``assignment_language: zh``) says so
-# first and keeps the notebook's text (intro, test descriptions) as it is.
+# first and shows the notebook's prose (title, intro, test descriptions) in the
+# Chinese of book/zh/_assignments.md (``zh_edition.translate_assignment``).
 WORDS = {
     "en": {
         "lead": [],
@@ -436,13 +437,14 @@ WORDS = {
         "test": "- {kind}, **{points}**: {says}",
         "download": "**Download the assignment:** {link} ({total} in all).",
         "overview": " How to work on it and submit: {doc}.",
+        "part": (r"^", ""),
     },
     "zh": {
         "lead": [
             "```{note}",
-            "作业笔记本用英文写成：题目说明、代码注释、测试和评分反馈都是英文，"
-            "下面照录笔记本的原文。要实现的内容就是本章讲的注意力层，"
-            "函数名和参数与本章代码一致。",
+            "作业笔记本用英文写成：题目说明、代码注释、测试和评分反馈都是英文。"
+            "下面是题目的中文说明；要写的函数和类、它们的参数和文档字符串，"
+            "都照录笔记本的原文，与笔记本中的一致。",
             "```",
             "",
         ],
@@ -454,6 +456,8 @@ WORDS = {
         "test": "- {kind}，**{points}**：{says}",
         "download": "**下载作业（英文笔记本）：** {link}（共 {total}）。",
         "overview": "如何做题与提交：{doc}。",
+        # "Part 1 · TensorFlow" -> "第 1 部分 · TensorFlow"
+        "part": (r"^Part (\d+)\b", r"第 \1 部分"),
     },
 }
 
@@ -528,7 +532,8 @@ def render_markdown(
     ]
     for part in assignment.parts:
         points = _points(part.points, language)
-        lines += [f"```{{rubric}} {part.title} — {points}", "```", ""]
+        title = re.sub(*words["part"], part.title)
+        lines += [f"```{{rubric}} {title} — {points}", "```", ""]
         code = "\n\n".join(part.stubs)
         fence = _fence(code)
         lines += [f"{fence}python", code, fence, ""]
@@ -592,6 +597,10 @@ def render(
             f"no release of {slug!r}: {release} does not exist "
             "(python -m grader release)"
         )
+    if language == "zh":  # the notebook's prose in Chinese
+        import zh_edition  # beside this file (book/_ext), on the path
+
+        assignment = zh_edition.translate_assignment(assignment)
     text = render_markdown(
         assignment, f"/{release_dir}/{slug}/{slug}.ipynb", overview_doc, language
     )
@@ -615,6 +624,10 @@ class AssignmentDirective(SphinxDirective):
         root = Path(self.env.srcdir)
         for folder in (config.assignment_source_dir, config.assignment_release_dir):
             self.env.note_dependency(str(root / folder / slug / f"{slug}.ipynb"))
+        if config.assignment_language == "zh":
+            import zh_edition
+
+            self.env.note_dependency(str(zh_edition.assignments_path()))
         try:
             text = render(
                 slug,

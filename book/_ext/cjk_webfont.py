@@ -10,12 +10,21 @@ CJK code points. A few dozen characters cost a few tens of kilobytes; the
 Chinese edition (``_build/html/zh/``, built by ``zh_edition.py`` with its own
 font) uses a few thousand and is served as WOFF2 (Brotli), which is smaller.
 The English build skips ``zh/`` when it counts characters.
+
+Emphasis: Chinese has no italic. A browser slants CJK glyphs synthetically, and the
+slanted character leans into the next one, so emphasis whose text is Chinese
+(``*软*寻址``) is marked ``em.cjk`` by a transform and shown upright with emphasis
+dots under the characters (着重号, as Chinese typography does; the W3C's
+"Requirements for Chinese Text Layout" §3.2), in both editions. Emphasis of Latin
+text keeps its italics.
 """
 
 import re
 from pathlib import Path
 
+from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
 
 CSS = "cjk-webfont.css"
 FONT = "cjk-subset.woff2"
@@ -23,6 +32,28 @@ FAMILY = "Course CJK"
 SC_FACE = 2  # Noto Sans CJK SC inside the collection
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 RANGES = "U+3000-303F, U+3400-4DBF, U+4E00-9FFF, U+FF00-FFEF"
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+EMPHASIS_CLASS = "cjk"
+# upright, with a dot under each character (Latin letters inside get none)
+EMPHASIS_CSS = (
+    f"em.{EMPHASIS_CLASS} {{ font-style: normal; font-synthesis: none;"
+    " text-emphasis: filled dot; -webkit-text-emphasis: filled dot;"
+    " text-emphasis-position: under right;"
+    " -webkit-text-emphasis-position: under right; }\n"
+    f"em.{EMPHASIS_CLASS} code, em.{EMPHASIS_CLASS} .math"
+    " { text-emphasis: none; -webkit-text-emphasis: none; }\n"
+)
+
+
+class CJKEmphasis(SphinxTransform):
+    """Mark emphasis whose text has a Chinese character (see the module doc)."""
+
+    default_priority = 800
+
+    def apply(self, **kwargs) -> None:
+        for node in self.document.findall(nodes.emphasis):
+            if HAN.search(node.astext()) and EMPHASIS_CLASS not in node["classes"]:
+                node["classes"].append(EMPHASIS_CLASS)
 
 
 def used_characters(outdir: Path) -> set[str]:
@@ -83,10 +114,11 @@ def finish(app: Sphinx, exc) -> None:
     chars = used_characters(Path(app.outdir))
     if chars:
         write_font(chars, static / FONT)
-    (static / CSS).write_text(css_text() if chars else "")
+    (static / CSS).write_text((css_text() if chars else "") + EMPHASIS_CSS)
 
 
 def setup(app: Sphinx) -> dict:
     app.add_css_file(CSS)
+    app.add_transform(CJKEmphasis)
     app.connect("build-finished", finish)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -22,9 +22,26 @@ may not change the math, code or cross-reference targets of its unit
 (:func:`span_problems`), and shows each glossary term it links with the glossary's
 Chinese term (:func:`term_problems`).
 
+One term per concept: :data:`VARIANTS` lists the words the edition does *not* use
+for a concept, each with the term it uses (存储器, not 记忆, for the fixed-size
+memory); a translation using one is *invalid* (:func:`variant_problems`), except
+inside quotation marks (a note quoted verbatim, an alias named). The glossary names
+the aliases that readers of other Chinese textbooks know (:data:`ALIASES`:
+注意力评分函数 in 《动手学深度学习》), each in quotation marks in its entry.
+
+The Exercise sections come from the English assignment notebooks through the
+``{assignment}`` directive (book/_ext/assignment_section.py); the notebooks stay
+English, the Chinese page does not. Their prose units (the title, each paragraph of
+the intro, each hidden test's description) are translated in one file,
+``book/zh/_assignments.md`` (:func:`assignments_path`), under the same markers and with
+the same drift checks (:func:`assignments_report`, listed as ``_assignments``); the
+directive's own sentences are translated in ``assignment_section.WORDS``.
+
     python book/_ext/zh_edition.py status [NAME ...]   coverage and problems (exit 1)
     python book/_ext/zh_edition.py sync NAME ...       rewrite translation files in the
                                                        English order, with placeholders
+                                                       (NAME _assignments: the
+                                                       Exercise sections)
     python book/_ext/zh_edition.py build [--path-output DIR] [--allow-drift]
 """
 
@@ -50,8 +67,13 @@ ZH = ROOT / "book" / "zh"  # the translations
 META = ZH / "_meta.yml"  # the book's title, the toc captions
 EDITION = "zh"  # the folder of the Chinese site below the English one
 SEARCH_DICT = "search-dict.txt"  # jieba's user dictionary in the generated project
+ASSIGNMENTS_NAME = "_assignments"  # the Exercise sections' prose, all assignments
+ASSIGNMENT = re.compile(r"^```\{assignment\}\s+(\S+)", re.M)
 
 MARKER = re.compile(r"^<!-- en ([0-9a-f]{12})(?: \| .*?)? -->$")
+# a comment line of a translation file that is no marker (a file's or a
+# section's heading): not part of any translation
+COMMENT_LINE = re.compile(r"^<!--(?! en [0-9a-f]{12}).*-->$")
 HEADING = re.compile(r"^#{1,6} ")
 LABEL = re.compile(r"^\([\w:.-]+\)=$")
 FENCE = re.compile(r"^(`{3,}|~{3,}|:{3,})(.*)$")
@@ -182,7 +204,7 @@ def read_translations(path: Path) -> list[Translation]:
                 current.text = "\n".join(body).strip("\n")
                 found.append(current)
             current, body = Translation(marker.group(1), "", number), []
-        elif current:
+        elif current and not COMMENT_LINE.match(line):
             body.append(line)
     if current:
         current.text = "\n".join(body).strip("\n")
@@ -293,6 +315,58 @@ def term_problems(english: str, chinese: str) -> list[str]:
     return problems
 
 
+# one term per concept: (pattern of a variant, the edition's term). A variant in
+# quotation marks is allowed (a note quoted word for word, an alias named).
+VARIANTS: list[tuple[str, str]] = [
+    (r"(?<!长短期)(?<!短时)(?<!长时)记忆", "存储器"),  # the fixed-size memory
+    (r"(?i:kv) ?头|键值头|键/值 头", "键/值头"),
+    (r"硬性注意力", "硬注意力"),
+    (r"软性注意力", "软注意力"),
+    (r"右下对齐", "右下角对齐"),
+    (r"左上对齐", "左上角对齐"),
+    (r"层规范化|层标准化|层正则化", "层归一化"),
+    (r"评分函数", "打分函数"),  # (得分函数估计量 is REINFORCE)
+    (r"掩蔽|遮蔽", "掩码"),
+    (r"集束搜索", "束搜索"),
+    (r"语境向量|上下文变量", "上下文向量"),
+    (r"令牌", "词元"),
+    (r"前馈层", "前馈网络"),
+    (r"(?i:kv) ?缓存|键/值缓存|KV-?cache 缓存", "键值缓存"),
+    (r"自我注意力|内部注意力", "自注意力"),
+    (r"点乘注意力|内积注意力", "点积注意力"),
+    (r"编码器[-－–]解码器注意力", "交叉注意力"),
+    (r"老师强制|教师强迫", "教师强制"),
+    (r"编码器[–—]解码器(?!注意力)", "编码器-解码器"),  # one hyphen, as d2l-zh
+]
+# the glossary's Chinese term -> names readers of 《动手学深度学习》 (d2l-zh) or
+# 《神经网络与深度学习》 know for it; its entry names each in quotation marks
+ALIASES: dict[str, list[str]] = {
+    "注意力打分函数": ["注意力评分函数"],
+    "掩码": ["掩蔽"],
+    "层归一化": ["层规范化"],
+    "前馈网络": ["基于位置的前馈网络"],
+    "上下文向量": ["上下文变量"],
+    "交叉注意力": ["编码器－解码器注意力"],
+    "自注意力": ["内部注意力"],
+    "软注意力": ["软性注意力"],
+    "硬注意力": ["硬性注意力"],
+    "键值缓存": ["KV 缓存"],
+}
+QUOTED = re.compile(r"“[^”]*”|「[^」]*」|‘[^’]*’")
+
+
+def variant_problems(chinese: str) -> list[str]:
+    """The :data:`VARIANTS` a translation uses outside quotation marks, math,
+    code and link targets."""
+    text = re.sub(r"\$[^$]*\$|`[^`]*`|<[^>\n]*>", " ", chinese)
+    text = QUOTED.sub(" ", text)
+    problems = []
+    for pattern, term in VARIANTS:
+        for found in sorted(set(re.findall(pattern, text))):
+            problems.append(f"uses {found!r}: the edition's term is {term!r}")
+    return problems
+
+
 def glossary_problems(english: str, chinese: str) -> list[str]:
     """A Chinese glossary entry: its Chinese term, then the English term(s)."""
     heads_en = [line for line in english.split("\n") if not line.startswith(" ")]
@@ -305,7 +379,11 @@ def glossary_problems(english: str, chinese: str) -> list[str]:
     want = [chinese_term] + heads_en
     if heads_zh != want:
         return [f"entry must open with the lines {want} (has {heads_zh})"]
-    return []
+    return [
+        f"entry {chinese_term!r} must name the alias “{alias}” (ALIASES)"
+        for alias in ALIASES.get(chinese_term, [])
+        if f"“{alias}" not in chinese
+    ]
 
 
 @dataclass
@@ -377,7 +455,7 @@ def assemble(name: str, allow_drift: bool = False) -> tuple[str, Report]:
             report.untranslated.append(f"{rel}:{t.line}: {item.hash} is still English")
             out.append(item.text)
             continue
-        bad = span_problems(item.text, t.text)
+        bad = span_problems(item.text, t.text) + variant_problems(t.text)
         if name == "glossary":
             bad += glossary_problems(item.text, t.text)
         if bad:
@@ -391,6 +469,157 @@ def assemble(name: str, allow_drift: bool = False) -> tuple[str, Report]:
                 f"there ({_excerpt(t.text, 40)})"
             )
     return "\n".join(out), report
+
+
+# ---------------------------------------------------------------- exercises
+
+
+def _assignment_module():
+    sys.path.insert(0, str(Path(__file__).parent))
+    import assignment_section
+
+    return assignment_section
+
+
+def assignment_slugs() -> list[str]:
+    """The assignments the book's pages render, in page order."""
+    slugs = []
+    for name in page_names():
+        slugs += ASSIGNMENT.findall(english_path(name).read_text(encoding="utf-8"))
+    return slugs
+
+
+def read_assignment(slug: str):
+    sect = _assignment_module()
+    return sect.read_assignment(ROOT / "solutions" / slug / f"{slug}.ipynb", slug)
+
+
+def has_prose(text: str) -> bool:
+    """Whether ``text`` has words outside its math and code (``$$u < p_j$$`` on
+    one line is a unit of :func:`split`, but has nothing to translate)."""
+    bare = re.sub(r"\$\$.+?\$\$|\$[^$]*\$|`[^`]*`", "", text, flags=re.S)
+    return re.search(r"[A-Za-z]{2}", bare) is not None
+
+
+def _intro_items(assignment) -> list[Item]:
+    """The intro's items; its points table (replaced by the generated one) and
+    units without prose are verbatim."""
+    items = split(assignment.intro)
+    found = _assignment_module().intro_points_table(assignment.intro)
+    table = (
+        "\n".join(assignment.intro.splitlines()[found[0] : found[1]]) if found else None
+    )
+    for item in items:
+        if item.text == table or not has_prose(item.text):
+            item.kind = "verbatim"
+    return items
+
+
+def assignment_units(assignment) -> list[str]:
+    """The prose of an Exercise section that the notebook supplies: its title,
+    the units of its intro, the description of each hidden test (once each)."""
+    units = [assignment.title]
+    units += [i.text for i in _intro_items(assignment) if i.kind == "unit"]
+    units += [t.says for p in assignment.parts for t in p.tests if t.says]
+    return list(dict.fromkeys(units))
+
+
+def assignments_path() -> Path:
+    return ZH / f"{ASSIGNMENTS_NAME}.md"
+
+
+def assignment_translations() -> dict[str, str]:
+    """English unit hash -> its Chinese, for the units translated."""
+    return {
+        t.hash: join_cjk_lines(t.text)
+        for t in read_translations(assignments_path())
+        if CJK.search(t.text) and unit_hash(t.text) != t.hash
+    }
+
+
+def translate_assignment(assignment):
+    """The assignment with its prose in Chinese (a unit not translated keeps its
+    English: :func:`assignments_report` names it)."""
+    import copy
+
+    table = assignment_translations()
+
+    def tr(text: str) -> str:
+        return table.get(unit_hash(text), text) if text else text
+
+    out = copy.deepcopy(assignment)
+    out.title = tr(assignment.title)
+    out.intro = "\n".join(
+        tr(i.text) if i.kind == "unit" else i.text for i in _intro_items(assignment)
+    )
+    for part in out.parts:
+        for test in part.tests:
+            test.says = tr(test.says)
+    return out
+
+
+def assignments_report() -> Report:
+    """Coverage and drift of ``book/zh/_assignments.md``, as for a page."""
+    report = Report(ASSIGNMENTS_NAME)
+    rel = assignments_path().relative_to(ROOT)
+    translations = {t.hash: t for t in read_translations(assignments_path())}
+    wanted: dict[str, str] = {}  # hash -> English unit
+    where: dict[str, str] = {}  # hash -> the first notebook that has it
+    for slug in assignment_slugs():
+        for unit in assignment_units(read_assignment(slug)):
+            wanted.setdefault(unit_hash(unit), unit)
+            where.setdefault(unit_hash(unit), f"solutions/{slug}/{slug}.ipynb")
+    for key, text in wanted.items():
+        report.units += 1
+        t = translations.get(key)
+        if t is None:
+            report.missing.append(
+                f"{where[key]}: no translation of {key} ({_excerpt(text)})"
+            )
+            continue
+        if unit_hash(t.text) == key or not CJK.search(t.text):
+            report.untranslated.append(f"{rel}:{t.line}: {key} is still English")
+            continue
+        bad = span_problems(text, t.text) + variant_problems(t.text)
+        report.invalid += [f"{rel}:{t.line}: {key}: {p}" for p in bad]
+        report.translated += 1
+    for h, t in translations.items():
+        if h not in wanted:
+            report.stale.append(
+                f"{rel}:{t.line}: {h} translates English that is no longer "
+                f"there ({_excerpt(t.text, 40)})"
+            )
+    return report
+
+
+def sync_assignments() -> Path:
+    """Rewrite ``_assignments.md`` in the order of the pages' assignments, as
+    :func:`sync` does for a page."""
+    old = {t.hash: t for t in read_translations(assignments_path())}
+    blocks = [
+        "<!-- Chinese prose of the Exercise sections: the units of each assignment "
+        "notebook solutions/<slug>/<slug>.ipynb (title, intro, hidden-test "
+        "descriptions), each once (book/_ext/zh_edition.py). -->"
+    ]
+    kept: set[str] = set()
+    for slug in assignment_slugs():
+        blocks.append(f"<!-- ==== {slug} ==== -->")
+        for unit in assignment_units(read_assignment(slug)):
+            h = unit_hash(unit)
+            if h in kept:
+                continue
+            kept.add(h)
+            text = old[h].text if h in old else unit
+            blocks.append(f"<!-- en {h} | {_excerpt(unit, 60)} -->\n{text}")
+    for h, t in old.items():
+        if h not in kept:
+            blocks.append(
+                f"<!-- en {h} | STALE: its English changed or went; translate "
+                f"the new unit and delete this one -->\n{t.text}"
+            )
+    path = assignments_path()
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
 
 
 def sync(name: str) -> Path:
@@ -490,6 +719,8 @@ def zh_config(out_root: Path) -> dict:
     sphinx["local_extensions"] = {
         name: str(ROOT / path) for name, path in sphinx["local_extensions"].items()
     }
+    # the query splitter that cuts 教师强制 into the index's words
+    sphinx["local_extensions"]["zh_search"] = str(ROOT / "book" / "_ext")
     sphinx["config"].update(
         {
             "language": "zh_CN",
@@ -510,13 +741,36 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+# a term, not a phrase: jieba indexes only the 2- and 3-character words inside a
+# dictionary word, so a bold sentence as one word would hide its longer terms
+SEARCH_WORD = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fffA-Za-z0-9]{2,6}")
+
+
+def bold_terms(text: str) -> set[str]:
+    """The Chinese terms a page introduces in bold (``**教师强制**``): words
+    of two to six characters, no punctuation, math or code."""
+    found = {m[1].replace(" ", "") for m in BOLD.finditer(text)}
+    return {w for w in found if CJK.search(w) and SEARCH_WORD.fullmatch(w)}
+
+
+def search_words() -> list[str]:
+    """The words the Chinese search index keeps whole (see zh_search.py): the
+    glossary's Chinese terms, ``search_words`` of _meta.yml and the bold terms
+    of every page, without spaces (jieba's dictionary has none)."""
+    words = {t for t in termbase().values() if CJK.search(t)}
+    words |= {a for aliases in ALIASES.values() for a in aliases if CJK.search(a)}
+    words |= set(meta().get("search_words", []))
+    for name in page_names():
+        words |= bold_terms(assemble(name)[0])
+    return sorted({w.replace(" ", "") for w in words})
+
+
 def search_dictionary() -> str:
-    """jieba's user dictionary: the glossary's Chinese terms stay whole words in
-    the search index (so 多头注意力 finds multi-head attention), each also cut
-    into the smaller words jieba knows."""
-    words = sorted({t for t in termbase().values() if CJK.search(t)})
-    words += sorted(set(meta().get("search_words", [])) - set(words))
-    return "".join(f"{w.replace(' ', '')} 100000 n\n" for w in words)
+    """jieba's user dictionary: the :func:`search_words` stay whole words in the
+    search index (so 多头注意力 finds multi-head attention), each also cut into
+    the smaller words jieba knows."""
+    return "".join(f"{w} 100000 n\n" for w in search_words())
 
 
 def generate(src: Path, out_root: Path, allow_drift: bool) -> list[Report]:
@@ -526,6 +780,7 @@ def generate(src: Path, out_root: Path, allow_drift: bool) -> list[Report]:
         text, report = assemble(name, allow_drift)
         reports.append(report)
         write_if_changed(src / "book" / f"{name}.md", text)
+    reports.append(assignments_report())
     write_if_changed(
         src / "_config.yml", yaml.safe_dump(zh_config(out_root), allow_unicode=True)
     )
@@ -649,10 +904,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "sync":
         for name in args.names:
-            print(sync(name).relative_to(ROOT))
+            path = sync_assignments() if name == ASSIGNMENTS_NAME else sync(name)
+            print(path.relative_to(ROOT))
         return 0
     if args.command == "status":
-        reports = [assemble(n)[1] for n in (args.names or page_names())]
+        reports = [
+            assignments_report() if n == ASSIGNMENTS_NAME else assemble(n)[1]
+            for n in (args.names or [*page_names(), ASSIGNMENTS_NAME])
+        ]
         print(coverage_text(reports))
         problems = [p for r in reports for p in r.problems]
         print("\n".join(problems))

@@ -169,6 +169,12 @@ def test_chinese_exercise_sections_link_the_english_notebooks(site, doc):
     assert notebook.read_bytes() == release.read_bytes()
     text = html.get_text(" ")
     assert "作业笔记本用英文写成" in text and "下载作业（英文笔记本）" in text
+    # the section's prose is Chinese (book/zh/_assignments.md)
+    section = html.select_one("div.assignment")
+    assert section is not None, f"{doc}: no Exercise section"
+    assert "第 1 部分" in section.get_text(" ")
+    for word in ("How this notebook is graded", "Write your code where", "Chapter:"):
+        assert word not in section.get_text(" "), (doc, word)
 
 
 def test_chinese_glossary_links_land_on_chinese_glossary_entries(site):
@@ -198,9 +204,64 @@ def test_chinese_glossary_links_land_on_chinese_glossary_entries(site):
 
 def test_the_coverage_report_says_every_page_is_translated(site):
     rows = json.loads((report_dir(site) / "coverage.json").read_text())
-    assert [r["page"] for r in rows] == zh_edition.page_names()
+    # every page, then the Exercise sections' prose (book/zh/_assignments.md)
+    assert [r["page"] for r in rows] == [
+        *zh_edition.page_names(),
+        zh_edition.ASSIGNMENTS_NAME,
+    ]
     assert all(r["coverage"] == 1 and r["units"] > 0 for r in rows), rows
     table = (report_dir(site) / "coverage.md").read_text()
     assert "| **all** |" in table and "(100.0%)" in table
     seconds = float((report_dir(site) / "build-seconds.txt").read_text())
     assert seconds > 0
+
+
+def test_chinese_emphasis_is_upright_on_the_chinese_pages(site):
+    """No italic Chinese: every <em> with Chinese text has the class whose CSS
+    sets it upright with emphasis dots (book/_ext/cjk_webfont.py)."""
+    from cjk_webfont import EMPHASIS_CLASS, EMPHASIS_CSS, HAN
+
+    marked, slanted = 0, []
+    for doc in toc_files():
+        for em in soup(zh_site(site) / f"{doc}.html").select("main em"):
+            if HAN.search(em.get_text()):
+                if EMPHASIS_CLASS in em.get("class", []):
+                    marked += 1
+                else:
+                    slanted.append(f"{doc}: {em.get_text()}")
+    assert not slanted, slanted[:10]
+    assert marked > 50
+    css = (zh_site(site) / "_static" / "cjk-webfont.css").read_text(encoding="utf-8")
+    assert EMPHASIS_CSS in css
+
+
+def _prose(text: str) -> str:
+    """A Chinese page's source without its code cells."""
+    return "\n".join(i.text for i in zh_edition.split(text) if i.kind != "code")
+
+
+def _searched_terms() -> list[str]:
+    """The terms readers searched for and the glossary's Chinese terms (those
+    the index can hold: two characters or more, no space)."""
+    terms = {t for t in zh_edition.termbase().values() if " " not in t}
+    terms |= {"教师强制", "贪心解码", "束搜索", "曝光偏差", "残差流", "多查询注意力"}
+    return sorted(t for t in terms if len(t) > 1)
+
+
+@pytest.mark.parametrize("term", _searched_terms())
+def test_the_built_search_index_finds_each_term_where_it_is_used(site, term):
+    """Each term is one word of the built index, pointing at the pages whose
+    text has it (the glossary at least, for a glossary term)."""
+    index = _search_index(site)
+    docs = index["docnames"]
+    found = set()
+    for table in ("terms", "titleterms"):
+        hits = index[table].get(term, [])
+        found |= {docs[i] for i in ([hits] if isinstance(hits, int) else hits)}
+    using = {
+        f"book/{n}"
+        for n in zh_edition.page_names()
+        if term in _prose(zh_edition.assemble(n)[0])
+    }
+    assert using, f"{term} is on no page"
+    assert using <= found, f"{term}: not found on {sorted(using - found)}"
