@@ -3,7 +3,6 @@
 Started by ``grader.sandbox`` (after the bootstrap has dropped root
 and set the rlimits), ``main()``
 
-0. limits glibc to one malloc arena (``one_malloc_arena``);
 1. imports the course's modules (attncourse first: it quiets TensorFlow; then
    NumPy, TensorFlow, Keras, PyTorch) before any student code, so a
    ``numpy.py`` or an ``attncourse/`` next to a notebook cannot shadow them
@@ -45,7 +44,6 @@ judged outside the kernel, on inputs drawn for this grading run, against
 reference outputs the kernel never sees (see solutions/GRADING_SECURITY.md).
 """
 
-import ctypes
 import importlib
 import json
 import os
@@ -166,22 +164,6 @@ ALLOWED_HOOKS = {
     ("matplotlib_inline.backend_inline", "flush_figures"),
     ("matplotlib_inline.backend_inline", "configure_once"),
 }
-
-
-M_ARENA_MAX = -8  # glibc mallopt parameter
-
-
-def one_malloc_arena() -> bool:
-    """Let every thread of the kernel allocate from glibc's main arena: a
-    thread's own arena reserves address space 64 MiB at a time, which counts
-    against the memory cases' RLIMIT_AS cap (``flash_attention.
-    address_space_cap``) though nothing lives there. Called before the
-    frameworks start their thread pools; the kernel has one CPU core, so the
-    threads lose nothing by sharing. False where it is not glibc."""
-    try:
-        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1))
-    except (OSError, AttributeError, TypeError):
-        return False
 
 
 def _preload(names) -> list[str]:
@@ -637,7 +619,6 @@ def _as_if_imported_in_the_kernel():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    one_malloc_arena()
     preload = os.environ.get("GRADER_PRELOAD")
     _preload((*(preload.split(",") if preload else PRELOAD), *GRADER_MODULES))
     probe = Probe()

@@ -30,6 +30,7 @@ Three cases need more than a call:
 """
 
 import contextlib
+import ctypes
 import os
 import resource
 
@@ -83,22 +84,30 @@ def mapped_bytes() -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+MMAP_THRESHOLD = 1 << 20  # blocks from 1 MiB up: mapped alone, unmapped when freed
+
+
+def steady_large_blocks() -> None:
+    """Fix glibc's mmap threshold (it grows after each large free, up to 32 MiB):
+    then every tile-sized block is mapped on its own and unmapped when freed,
+    instead of growing the threads' malloc arenas, whose reserved address space
+    counts against the cap though nothing lives there. Without this an honest
+    tiled solution in a long-lived, many-threaded process could be refused a
+    16 MiB tile with hundreds of MiB of room. Best effort (not glibc: no-op)."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 @contextlib.contextmanager
 def address_space_cap(headroom: int = HEADROOM):
     """Lower the soft RLIMIT_AS to what is mapped now plus ``headroom`` (never
     above the soft limit in force) for the block, then restore it. Without a
     sandbox (tests, a notebook run by hand) this is what keeps a
-    materialising solution from allocating tens of GB.
-
-    What is mapped counts, so malloc arenas matter: each thread's arena
-    reserves address space 64 MiB at a time with nothing in it yet, and an
-    honest tiled solution in a many-threaded kernel could be refused a tile
-    with hundreds of MiB of room. The sandboxed kernel therefore runs with one
-    arena (``grader.kernel.probe.one_malloc_arena``), and glibc's own mmap
-    threshold stays dynamic: after the first large block is freed, blocks of
-    its size are reused from the heap instead of being mapped and faulted in
-    afresh each time (with a fixed 1 MiB threshold, page faults were 3.5 times
-    as many and took most of attention-cost's memory case)."""
+    materialising solution from allocating tens of GB."""
+    steady_large_blocks()
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     used = mapped_bytes()
     if used is None and soft == resource.RLIM_INFINITY:
