@@ -89,7 +89,9 @@ def make_cases(seed: int = SEED) -> dict:
 
 def _forward(i, mask="ok", keys="keys", values="values", average=False):
     """The reference and its wrong variants: ``keys``/``values`` name the inputs
-    used as keys and values (a swap or the Keras default key = value)."""
+    used as keys and values (a swap or the Keras default key = value); ``mask``
+    "tiled" gives head h of batch element b the mask of element (b*H + h) % B,
+    what torch reads from a (B*H, n_q, n_k) attn_mask built with .repeat."""
     h = int(i["num_heads"])
     q = split_heads(i["queries"] @ i["W_q"] + i["b_q"], h)  # (batch, h, n_q, d_head)
     k = split_heads(i[keys] @ i["W_k"] + i["b_k"], h)  # (batch, h, n_k, d_head)
@@ -102,6 +104,9 @@ def _forward(i, mask="ok", keys="keys", values="values", average=False):
             s = s + pad
         elif mask == "float_added_inverted":
             s = s + ~pad
+        elif mask == "tiled":
+            rows = (np.arange(len(pad))[:, None] * h + np.arange(h)) % len(pad)
+            m = pad[rows, 0]  # (batch, h, 1, n_k)
         else:
             m = ~pad if mask == "inverted" else pad
     w = numeric.masked_softmax(s, m)  # (batch, h, n_q, n_k)
@@ -148,6 +153,25 @@ VARIANTS = (
         "keys as the third argument, layer(query, value, key).",
         lambda i: _forward(i, keys="values"),
     ),
+    # skyzh/tiny-llm#41 and CyberZHG/keras-bert#137: a torch Linear weight is
+    # (out, in), the transpose of an x @ W matrix
+    Variant(
+        "weights-not-transposed",
+        "the weight matrices went in untransposed: params' W_* are (in, out), "
+        "used as x @ W, but torch stores (out, in): in_proj_weight = "
+        "cat([W_q.T, W_k.T, W_v.T]), out_proj.weight = W_o.T (Keras kernels "
+        "are W itself, reshaped to (d_model, num_heads, d_head)).",
+        lambda i: _forward({**i, **{w: i[w].T for w in WEIGHTS}}),
+    ),
+    # pytorch/pytorch#52545 and #153136: in_proj_bias and out_proj.bias start
+    # at 0, so biases that are not copied in leave the layer bias-free
+    Variant(
+        "biases-not-copied",
+        "the biases are missing: the layer's biases start at 0, so copy b_q, "
+        "b_k, b_v (in_proj_bias) and b_o (out_proj.bias) in as well as the "
+        "weights.",
+        lambda i: _forward({**i, **{b: 0 * i[b] for b in BIASES}}),
+    ),
 )
 
 MASK_VARIANTS = (
@@ -181,6 +205,16 @@ MASK_VARIANTS = (
         "ADDS a float key_padding_mask to the scores (1.0 is not -inf); pass "
         "the bool mask ~key_mask itself, without .float().",
         lambda i: _forward(i, mask="float_added_inverted"),
+    ),
+    # line/lighthouse#77 and ArrowLuo/CLIP4Clip#22: a (batch * num_heads, n_q,
+    # n_k) attn_mask is indexed b * num_heads + h; .repeat tiles the batch
+    Variant(
+        "mask-repeated-not-interleaved",
+        "the per-head attn_mask was built with .repeat(num_heads, 1, 1), which "
+        "tiles the batch ([m0, m1, m0, m1]) so heads read another sequence's "
+        "mask; torch indexes it b * num_heads + h: use "
+        ".repeat_interleave(num_heads, dim=0), or key_padding_mask=~key_mask.",
+        lambda i: _forward(i, mask="tiled"),
     ),
 )
 

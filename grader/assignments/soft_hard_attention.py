@@ -74,6 +74,18 @@ def expected(case: str, inputs: dict) -> dict:
     return result
 
 
+def _exclusive_cdf(p):
+    """tf.cumsum(p, exclusive=True): [0, p_0, p_0 + p_1, ...], one key late."""
+    return np.cumsum(p, axis=-1) - p
+
+
+def _hard_cdf(inputs, cdf_fn):
+    """Inverse-CDF sampling with a wrong running sum ``cdf_fn(scores)``."""
+    s, v, u = inputs["scores"], inputs["values"], inputs["uniforms"]
+    idx = np.minimum(np.sum(cdf_fn(s) <= u[..., None], axis=-1), s.shape[-1] - 1)
+    return {"indices": idx.astype(np.int64), "outputs": _gather(v, idx)}
+
+
 def _argmax(i):
     idx = np.argmax(i["scores"], axis=-1)
     return {"indices": idx, "outputs": _gather(i["values"], idx)}
@@ -114,6 +126,31 @@ SAMPLE_VARIANTS = (
             ).items()
             if k == "outputs"
         },
+    ),
+    # skyzh/tiny-llm#32: the sampler's cumulative sum ran over the
+    # log-probabilities, not the probabilities (exp(log_p))
+    Variant(
+        "cdf-of-log-probabilities",
+        "the cumulative sum runs over log-probabilities (all negative, so every "
+        "draw lands on the last key); exponentiate first: cumsum(exp(log_p)).",
+        lambda i: _hard_cdf(i, lambda s: np.cumsum(np.log(numeric.softmax(s)), -1)),
+    ),
+    # pytorch/pytorch#42173 (tf.cumsum(exclusive=True) gives [0, a, a + b]) and
+    # ScalingIntelligence/KernelBench#109 (exclusive and inclusive sums mixed up)
+    Variant(
+        "exclusive-cdf",
+        "the cumulative sum is exclusive ([0, p_0, p_0 + p_1, ...]), so the "
+        "index is one key too far; use the inclusive sum p_0 + ... + p_j "
+        "(tf.cumsum without exclusive=True, torch.cumsum).",
+        lambda i: _hard_cdf(i, lambda s: _exclusive_cdf(numeric.softmax(s))),
+    ),
+    # kelvinxu/arctic-captions#9: stochastic (hard) attention uses the sampled
+    # location; the expected value sum_j p_j v_j is the soft (deterministic) one
+    Variant(
+        "soft-attention-output",
+        "outputs is the soft-attention average softmax(scores) @ values; hard "
+        "attention returns the sampled key's value, values[b, index].",
+        lambda i: {"outputs": numeric.softmax(i["scores"]) @ i["values"]},
     ),
 )
 

@@ -38,6 +38,35 @@ def B(assignment, student, part, edits, lost, tag="", says=""):
     return Bug(assignment, student, part, tuple(edits), tuple(lost), tag, says=says)
 
 
+BRIDGE_TORCH = (
+    "layer = atorch.to_torch_mha(params, num_heads)          # batch_first=True"  # noqa: E501
+)
+
+
+def copy_weights_in(transpose=True, biases=True) -> str:
+    """builtin-layers: build torch.nn.MultiheadAttention and copy params in by
+    hand (the notebook allows it), optionally without the transposes or the
+    biases -- the replacement of the bridge call in the solution."""
+    t = ".T" if transpose else ""
+    lines = [
+        "layer = torch.nn.MultiheadAttention(",
+        "        queries.shape[-1], num_heads, batch_first=True, dtype=queries.dtype)",
+        "    P = {k: torch.as_tensor(v, dtype=queries.dtype)",
+        "         for k, v in params.items()}",
+        "    with torch.no_grad():",
+        f"        W = [P['W_q']{t}, P['W_k']{t}, P['W_v']{t}]",
+        "        layer.in_proj_weight.copy_(torch.cat(W))",
+        f"        layer.out_proj.weight.copy_(P['W_o']{t})",
+    ]
+    if biases:
+        lines += [
+            "        b = [P['b_q'], P['b_k'], P['b_v']]",
+            "        layer.in_proj_bias.copy_(torch.cat(b))",
+            "        layer.out_proj.bias.copy_(P['b_o'])",
+        ]
+    return "\n".join(lines)
+
+
 BUGS = (
     # ---------------------------------------------------------------- addressing
     B(
@@ -318,6 +347,58 @@ BUGS = (
         ],
         ["torch-visible", "torch-hidden-log-prob"],
         "negated-log-prob",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug5",
+        "tf",
+        [
+            (
+                "cdf = tf.cumsum(tf.exp(log_p), axis=-1)",
+                "cdf = tf.cumsum(tf.exp(log_p), axis=-1, exclusive=True)",
+            )
+        ],
+        ["tf-visible", "tf-hidden-sample", "tf-hidden-log-prob"],
+        "exclusive-cdf",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug5",
+        "torch",
+        [
+            (
+                "cdf = torch.cumsum(log_p.exp(), dim=-1)",
+                "cdf = torch.cumsum(log_p, dim=-1)",
+            )
+        ],
+        ["torch-visible", "torch-hidden-sample", "torch-hidden-log-prob"],
+        "cdf-of-log-probabilities",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug6",
+        "tf",
+        [
+            (
+                "outputs = tf.gather(values, indices, batch_dims=1)",
+                "outputs = tf.matmul(tf.exp(log_p), values)",
+            )
+        ],
+        ["tf-visible", "tf-hidden-sample"],
+        "soft-attention-output",
+    ),
+    B(
+        "soft-hard-attention",
+        "bug6",
+        "torch",
+        [
+            (
+                "outputs = torch.gather(values, 1, index)",
+                "outputs = log_p.exp() @ values",
+            )
+        ],
+        ["torch-visible", "torch-hidden-sample"],
+        "soft-attention-output",
     ),
     # --------------------------------------------------------- key-value-masking
     B(
@@ -1066,6 +1147,37 @@ BUGS = (
         [("key_padding_mask=padding", "attn_mask=padding")],
         ["torch-visible", "torch-hidden-masks"],
         says="goes to key_padding_mask",
+    ),
+    B(
+        "builtin-layers",
+        "bug5",
+        "torch",
+        [(BRIDGE_TORCH, copy_weights_in(transpose=False))],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "weights-not-transposed",
+    ),
+    B(
+        "builtin-layers",
+        "bug6",
+        "torch",
+        [(BRIDGE_TORCH, copy_weights_in(biases=False))],
+        ["torch-hidden-forward", "torch-hidden-masks", "torch-hidden-gradients"],
+        "biases-not-copied",
+    ),
+    B(
+        "builtin-layers",
+        "bug7",
+        "torch",
+        [
+            (
+                "else ~key_mask",
+                "else (~key_mask)[:, None, :].expand(-1, queries.shape[1], -1)"
+                ".repeat(num_heads, 1, 1)",
+            ),
+            ("key_padding_mask=padding", "attn_mask=padding"),
+        ],
+        ["torch-visible", "torch-hidden-masks"],
+        "mask-repeated-not-interleaved",
     ),
 )
 
