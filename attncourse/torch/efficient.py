@@ -31,6 +31,7 @@ import math
 import torch
 
 from attncourse import checks
+from attncourse._tiles import _diagonal, _key_stop
 
 from .masking import causal_mask
 
@@ -45,23 +46,6 @@ __all__ = [
 def _as_3d(mask):
     """A mask broadcastable to (b, nq, nk) with leading size-1 axes added."""
     return None if mask is None else mask.reshape((1,) * (3 - mask.ndim) + mask.shape)
-
-
-def _diagonal(causal, align, num_queries, num_keys):
-    """None without a causal mask, else the shift of its diagonal: query i
-    sees key j iff j <= i + shift (0 top-left, nk - nq bottom-right)."""
-    if not causal:
-        return None
-    return num_keys - num_queries if align == "bottom_right" else 0
-
-
-def _key_stop(end_q, num_keys, diagonal):
-    """Key blocks start below this index: with a causal diagonal, a block whose
-    first key lies after the last query of the block (end_q - 1 + diagonal)
-    is skipped."""
-    if diagonal is None:
-        return num_keys
-    return max(0, min(num_keys, end_q + diagonal))
 
 
 def _visible(mask, diagonal, start_q, end_q, start_k, end_k, device):
