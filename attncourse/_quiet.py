@@ -11,3 +11,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+# Triton (installed on Linux x86_64 for the attention-kernel chapter) and
+# TensorFlow each bundle LLVM: whichever loads second aborts the process
+# ("Option ... registered more than once"). PyTorch imports triton lazily (any
+# use of torch._dynamo), long after TensorFlow, so it is loaded here, first.
+try:
+    import triton  # noqa: F401
+except ImportError:
+    pass
