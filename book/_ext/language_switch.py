@@ -18,6 +18,10 @@ LABELS = {
     "": ("zh-CN", "中文", "阅读中文版"),
     "zh": ("en", "English", "Read this page in English"),
 }
+# The theme's own words on the Chinese pages: its zh_CN catalogue has Taiwan's
+# 列印 for "print", and the search box's placeholder is not translated at all.
+SEARCH_TEXT = {"zh": "搜索本书……"}
+UI_WORDS = {"zh": {"列印成 PDF": "打印为 PDF"}}
 
 
 def edition_links(pagename: str, edition: str) -> dict[str, str]:
@@ -54,13 +58,31 @@ def configure(app: Sphinx, config) -> None:
     if templates not in config.templates_path:
         config.templates_path.append(templates)
     options = config.html_theme_options
+    edition = config.language_switch_edition
+    if edition in SEARCH_TEXT:
+        options.setdefault("search_bar_text", SEARCH_TEXT[edition])
     end = list(options.get("article_header_end") or ["article-header-buttons.html"])
     if TEMPLATE not in end:
         options["article_header_end"] = [TEMPLATE] + end
+
+
+def fix_ui_words(app: Sphinx, exc) -> None:
+    """Replace the theme's words listed in UI_WORDS in every page written."""
+    words = UI_WORDS.get(app.config.language_switch_edition)
+    if exc is not None or not words or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed = text
+        for old, new in words.items():
+            fixed = fixed.replace(old, new)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
 
 
 def setup(app: Sphinx) -> dict:
     app.add_config_value("language_switch_edition", "", "html", types=[str])
     app.connect("config-inited", configure)
     app.connect("html-page-context", add_switch)
+    app.connect("build-finished", fix_ui_words)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

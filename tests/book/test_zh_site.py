@@ -41,6 +41,20 @@ def test_every_page_has_a_chinese_page_in_chinese(site):
         assert cjk > 100, f"{doc}: only {cjk} Chinese characters on the Chinese page"
 
 
+def test_the_theme_speaks_simplified_chinese_on_the_chinese_pages(site):
+    from language_switch import SEARCH_TEXT, UI_WORDS
+
+    for doc in toc_files():
+        html = soup(zh_site(site) / f"{doc}.html")
+        text = str(html)
+        for old, new in UI_WORDS["zh"].items():
+            assert old not in text and new in text, (doc, old)
+        boxes = html.select("input[placeholder]")
+        assert boxes, f"{doc}: no search box"
+        for box in boxes:
+            assert box["placeholder"] == SEARCH_TEXT["zh"], (doc, box["placeholder"])
+
+
 def test_the_chinese_toc_is_the_english_toc_in_the_same_order(site):
     def nav(page: Path) -> list[str]:
         links = soup(page).select("nav.bd-docs-nav a.reference.internal")

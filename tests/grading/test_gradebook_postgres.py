@@ -20,7 +20,7 @@ holds the gradebook instead of the course's gradebook.db:
 * a real Dask cluster on loopback -- ``dask scheduler`` and four
   ``python -m grader worker`` processes: two good ones, one whose course copy
   differs and one that cannot start the sandbox -- grades the students plus
-  ``sleeper`` (a correct solution that sleeps 30 s) with ``--scheduler``; the
+  ``sleeper`` (a correct solution that sleeps 15 s) with ``--scheduler``; the
   test SIGKILLs the worker that is grading ``sleeper``: it is graded again on
   the other one, the report says which worker was lost and names the two
   refused workers with their reasons, and scores, flags and gradebook rows are
@@ -71,7 +71,7 @@ EXTRA = ("bug3", "reference-2")  # beyond make_course's reference, blank, bug1, 
 STUDENTS = ("reference", "blank", "bug1", "bug2", *EXTRA)
 HALVES = (("reference", "blank", "bug3"), ("bug1", "bug2", "reference-2"))
 SLEEPER = "sleeper"  # a correct solution that sleeps in a solution cell
-SLEEP = 30
+SLEEP = 15  # long enough to be killed while grading (the kill comes SLEEP / 3 in)
 
 
 def expected_scores(student: str) -> dict:
