@@ -1,6 +1,6 @@
 """kv-cache: what a hostile student tries on this assignment's grading.
 
-Three classes specific to the assignment (the generic ones -- sandbox,
+Four classes specific to the assignment (the generic ones -- sandbox,
 staging, reference data, outputs -- are covered by the protection tests):
 
 * a cache object that carries more than its values from one decoding step
@@ -10,7 +10,11 @@ staging, reference data, outputs -- are covered by the protection tests):
   recomputes the full pass): the decode check alone cannot tell, the step
   check's random cache can;
 * the library's own decoding and the frameworks' GQA built-ins: flagged for
-  the instructor (``FORBIDDEN``), the honest solution is not.
+  the instructor (``FORBIDDEN``), the honest solution is not;
+* a capacity check that only pretends: the decode check's chunk that does
+  not fit must raise a ValueError whose message names the capacity, read as
+  a plain str (an exception whose __str__ returns a str subclass with its
+  own ``lower`` cannot answer for it).
 """
 
 import numpy as np
@@ -60,15 +64,15 @@ def test_decode_feeds_back_plain_tensors_not_the_students_objects():
     honest = honest_namespace()["gqa_step_torch"]
     seen = []
 
-    def gqa_step_torch(x_new, cache_k, cache_v, params, num_heads, num_kv_heads):
+    def gqa_step_torch(x_new, cache_k, cache_v, t_past, params, heads, kv_heads):
         seen.append((type(cache_k), getattr(cache_k, "note", None)))
-        out, k, v = honest(x_new, cache_k, cache_v, params, num_heads, num_kv_heads)
+        out, k, v = honest(x_new, cache_k, cache_v, t_past, params, heads, kv_heads)
         k = k.as_subclass(Smuggler)
         k.note = "tokens so far"  # hidden state the next step could read
         return out, k, v
 
     judge("decode", {"gqa_step_torch": gqa_step_torch})
-    assert len(seen) == len(task.CHUNKS)
+    assert len(seen) == len(task.CHUNKS) + 1  # and the chunk that does not fit
     # every step after the first got a plain tensor, without the note
     assert all(t is torch.Tensor and note is None for t, note in seen[1:]), seen
 
@@ -76,20 +80,62 @@ def test_decode_feeds_back_plain_tensors_not_the_students_objects():
 def history_student() -> dict:
     """Ignores the cache's contents: keeps every token it saw and attends over
     their recomputed keys (right for a cache it built itself); it returns
-    caches of the right shape (the given ones with the new keys appended)."""
+    caches of the right shape (the given ones with the new keys written)."""
     honest = honest_namespace()["gqa_step_torch"]
     tokens = []
 
-    def gqa_step_torch(x_new, cache_k, cache_v, params, num_heads, num_kv_heads):
-        if cache_k.shape[2] == 0:
+    def gqa_step_torch(x_new, cache_k, cache_v, t_past, params, heads, kv_heads):
+        if t_past == 0:
             tokens.clear()
         tokens.append(x_new)
-        x, empty = torch.cat(tokens, dim=1), cache_k[:, :, :0]
-        out, _, _ = honest(x, empty, empty, params, num_heads, num_kv_heads)
-        _, k, v = honest(x_new, cache_k, cache_v, params, num_heads, num_kv_heads)
+        x, spare = torch.cat(tokens, dim=1), torch.zeros_like(cache_k)
+        out, _, _ = honest(x, spare, spare.clone(), 0, params, heads, kv_heads)
+        _, k, v = honest(x_new, cache_k, cache_v, t_past, params, heads, kv_heads)
         return out[:, -x_new.shape[1] :], k, v
 
     return {"gqa_step_torch": gqa_step_torch}
+
+
+class SaysCapacity(str):
+    def lower(self):
+        return "capacity"
+
+
+class Evasive(ValueError):
+    def __str__(self):
+        return SaysCapacity("no room")
+
+
+def pretender(raised) -> dict:
+    """The honest step, except that a chunk that does not fit raises
+    ``raised`` (or nothing, when None: it is cut to the free slots)."""
+    honest = honest_namespace()["gqa_step_torch"]
+
+    def gqa_step_torch(x_new, cache_k, cache_v, t_past, params, heads, kv_heads):
+        room = cache_k.shape[2] - t_past
+        if x_new.shape[1] > room:
+            if raised is not None:
+                raise raised
+            x_new = x_new[:, :room]
+        return honest(x_new, cache_k, cache_v, t_past, params, heads, kv_heads)
+
+    return {"gqa_step_torch": gqa_step_torch}
+
+
+@pytest.mark.parametrize(
+    ("raised", "says"),
+    [
+        (None, "(capacity-not-checked)"),
+        (IndexError("capacity"), "(capacity-not-checked)"),
+        (ValueError("no room"), "must name the capacity"),
+        (Evasive(), "must name the capacity"),
+    ],
+)
+def test_a_chunk_that_does_not_fit_must_raise_naming_the_capacity(raised, says):
+    judge("decode", pretender(ValueError("over capacity")))
+    with pytest.raises(GradingError) as error:
+        judge("decode", pretender(raised))
+    assert says in str(error.value)
 
 
 def test_a_step_that_ignores_the_given_cache_fails_the_step_check():
@@ -165,5 +211,6 @@ def test_runner_sees_inputs_only():
                     assert not np.allclose(given, value), (case, key, name)
     c = CASES["chunk"]
     k_of_x = task._split(c["x_new"] @ c["W_k"], int(c["num_kv_heads"]))
-    assert not np.allclose(c["cache_k"][:, :, -k_of_x.shape[2] :], k_of_x)
+    t_past = int(c["t_past"])
+    assert not np.allclose(c["cache_k"][:, :, t_past : t_past + 2], k_of_x)
     assert set(runner.RUNS) == set(task.CHECKS)

@@ -1,4 +1,5 @@
-"""Catalogued mistakes of ``kv-cache`` (one GQA decoding step with a KV cache).
+"""Catalogued mistakes of ``kv-cache`` (one GQA decoding step into a
+pre-allocated KV cache).
 
 ROWS are ``support.grading.B``'s arguments: (assignment, student, part,
 edits, lost, tag[, says]). Each edits the reference solution of one part.
@@ -15,8 +16,14 @@ TORCH = (
 ALL_TF = (*TF, "tf-hidden-gradients")
 ALL_TORCH = (*TORCH, "torch-hidden-gradients")
 HIDDEN_TF = ALL_TF[1:]  # the visible test does not check the scale or W_v
+HIDDEN_TORCH = ALL_TORCH[1:]
 # tile == repeat_interleave when num_kv_heads is num_heads or 1: heads passes
+NOT_HEADS_TF = tuple(g for g in ALL_TF if g != "tf-hidden-heads")
 NOT_HEADS_TORCH = tuple(g for g in ALL_TORCH if g != "torch-hidden-heads")
+TF_MASK = "allowed = tf.range(end)[None, :] <= tf.range(n_new)[:, None] + t_past"
+TF_K = "k = tf.repeat(cache_k[:, :, :end], group, axis=1)"
+TF_V = "v = tf.repeat(cache_v[:, :, :end], group, axis=1)"
+TORCH_CHECK = "if t_past + n_new > capacity:"
 
 ROWS = [
     # the mask aligned top-left: wrong as soon as the cache is not empty
@@ -24,12 +31,7 @@ ROWS = [
         A,
         "bug1",
         "tf",
-        [
-            (
-                "rows = tf.range(n_new)[:, None] + (t_total - n_new)",
-                "rows = tf.range(n_new)[:, None]",
-            )
-        ],
+        [(TF_MASK, "allowed = tf.range(end)[None, :] <= tf.range(n_new)[:, None]")],
         ALL_TF,
         "top-left-mask",
     ),
@@ -40,158 +42,139 @@ ROWS = [
         "torch",
         [
             (
-                "k = new_cache_k.repeat_interleave(group, dim=1)",
-                "k = new_cache_k.repeat(1, group, 1, 1)",
+                "k = cache_k[:, :, :end].repeat_interleave(group, dim=1)",
+                "k = cache_k[:, :, :end].repeat(1, group, 1, 1)",
             ),
             (
-                "v = new_cache_v.repeat_interleave(group, dim=1)",
-                "v = new_cache_v.repeat(1, group, 1, 1)",
+                "v = cache_v[:, :, :end].repeat_interleave(group, dim=1)",
+                "v = cache_v[:, :, :end].repeat(1, group, 1, 1)",
             ),
         ],
         NOT_HEADS_TORCH,
         "repeat-kv-tiled",
     ),
-    # the cache returned as it came in
+    # the new keys and values over the cached ones, in slots 0 .. n_new - 1
     (
         A,
         "bug2",
         "tf",
         [
             (
-                'return concat @ params["W_o"], new_cache_k, new_cache_v',
-                'return concat @ params["W_o"], cache_k, cache_v',
+                "tf.concat([cache[:, :, :t_past], new, cache[:, :, end:]], axis=2)",
+                "tf.concat([new, cache[:, :, n_new:]], axis=2)",
             )
         ],
         ALL_TF,
-        "cache-without-new-keys",
+        "write-at-zero",
     ),
-    # the new keys and values before the cached ones
+    # no causal mask inside the chunk
     (
         A,
         "bug2",
         "torch",
         [
             (
-                "torch.cat([cache_k, k_new], dim=2)",
-                "torch.cat([k_new, cache_k], dim=2)",
-            ),
-            (
-                "torch.cat([cache_v, v_new], dim=2)",
-                "torch.cat([v_new, cache_v], dim=2)",
-            ),
-        ],
-        ALL_TORCH,
-        "new-keys-first",
-    ),
-    # the values projected with W_k
-    (
-        A,
-        "bug3",
-        "tf",
-        [
-            (
-                'v_new = heads(x_new @ params["W_v"], num_kv_heads)',
-                'v_new = heads(x_new @ params["W_k"], num_kv_heads)',
+                "torch.ones(n_new, end, dtype=torch.bool).tril(t_past)",
+                "torch.ones(n_new, end, dtype=torch.bool)",
             )
         ],
-        HIDDEN_TF,
-        "values-from-W_k",
-    ),
-    # no causal mask: each new token sees the chunk's later tokens
-    (
-        A,
-        "bug3",
-        "torch",
-        [("    scores = scores.masked_fill(~allowed, -1e9)\n", "")],
         ALL_TORCH,
         "no-causal-mask",
     ),
-    # the scores scaled by sqrt(d_model)
+    # the concat cache's habits: every slot read, the mask aligned to the end
+    # of the whole cache -- the queries read the unfilled slots' noise
+    (
+        A,
+        "bug3",
+        "tf",
+        [
+            (TF_K, "k = tf.repeat(cache_k, group, axis=1)"),
+            (TF_V, "v = tf.repeat(cache_v, group, axis=1)"),
+            (
+                TF_MASK,
+                "allowed = tf.range(capacity)[None, :] <= "
+                "tf.range(n_new)[:, None] + (capacity - n_new)",
+            ),
+        ],
+        ALL_TF,
+        "attends-unfilled-slots",
+    ),
+    # off by one: a chunk that fills the cache exactly is refused (the MQA
+    # case of the heads test fills it); the student's own error is shown
+    (
+        A,
+        "bug3",
+        "torch",
+        [(TORCH_CHECK, "if t_past + n_new >= capacity:")],
+        ("torch-hidden-heads",),
+        "",
+        "the chunk does not fit",
+    ),
+    # no capacity check: tf.concat quietly makes a longer cache
     (
         A,
         "bug4",
         "tf",
-        [
-            (
-                "/ d_head**0.5",
-                "/ float(x_new.shape[-1]) ** 0.5",
-            )
-        ],
-        HIDDEN_TF,
-        "scale-uses-d_model",
+        [("if t_past + n_new > capacity:", "if False:")],
+        ("tf-visible", "tf-hidden-decode"),
+        "capacity-not-checked",
     ),
-    # the repeated (num_heads) K/V stored in the cache
+    # the new keys and values written into slots 0 .. n_new - 1
     (
         A,
         "bug4",
         "torch",
         [
-            (
-                'return concat @ params["W_o"], new_cache_k, new_cache_v',
-                'return concat @ params["W_o"], k, v',
-            )
+            ("cache_k[:, :, t_past:end] =", "cache_k[:, :, :n_new] ="),
+            ("cache_v[:, :, t_past:end] =", "cache_v[:, :, :n_new] ="),
         ],
         ALL_TORCH,
-        "cache-holds-repeated-heads",
+        "write-at-zero",
     ),
-    # no 1/sqrt(d_head)
     (
         A,
         "bug5",
         "tf",
         [
             (
-                "scores = tf.matmul(q, k, transpose_b=True) / d_head**0.5",
-                "scores = tf.matmul(q, k, transpose_b=True)",
+                "tf.matmul(q, k, transpose_b=True) / d_head**0.5",
+                "tf.matmul(q, k, transpose_b=True)",
             )
         ],
         HIDDEN_TF,
         "missing-scale",
     ),
-    # heads split by a reshape without the transpose
+    # no capacity check: the slice assignment fails with a RuntimeError
     (
         A,
         "bug5",
         "torch",
-        [
-            (
-                "return x.reshape(batch, n_new, count, d_head).transpose(1, 2)",
-                "return x.reshape(batch, count, n_new, d_head)",
-            ),
-            (
-                "merged = (weights @ v).transpose(1, 2)",
-                "merged = weights @ v",
-            ),
-        ],
-        ALL_TORCH,
-        "head-split-without-transpose",
+        [(TORCH_CHECK, "if False:")],
+        ("torch-visible", "torch-hidden-decode"),
+        "capacity-not-checked",
     ),
-    # the output projection left out
     (
         A,
         "bug6",
         "tf",
         [
-            (
-                'return concat @ params["W_o"], new_cache_k, new_cache_v',
-                "return concat, new_cache_k, new_cache_v",
-            )
+            (TF_K, "k = tf.tile(cache_k[:, :, :end], (1, group, 1, 1))"),
+            (TF_V, "v = tf.tile(cache_v[:, :, :end], (1, group, 1, 1))"),
         ],
-        ALL_TF,
-        "missing-output-projection",
+        NOT_HEADS_TF,
+        "repeat-kv-tiled",
     ),
-    # the cache holds only the new tokens
     (
         A,
         "bug6",
         "torch",
         [
             (
-                'return concat @ params["W_o"], new_cache_k, new_cache_v',
-                'return concat @ params["W_o"], k_new, v_new',
+                'cache_v[:, :, t_past:end] = heads(x_new @ params["W_v"]',
+                'cache_v[:, :, t_past:end] = heads(x_new @ params["W_k"]',
             )
         ],
-        ALL_TORCH,
-        "cache-holds-only-new-keys",
+        HIDDEN_TORCH,
+        "values-from-W_k",
     ),
 ]

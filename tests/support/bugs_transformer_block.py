@@ -21,19 +21,20 @@ def hidden(part):
     return cells(part, *HIDDEN)
 
 
-PRE_LN_TF = (
+POST_LN = (
+    "        attn, weights = self.attention(x, padding_mask)  # reads x itself\n"
+    "        h = self.layer_norm(x + attn, self.norm1_gamma, self.norm1_beta)\n"
+    "        f = self.feed_forward(h)\n"
+    "        y = self.layer_norm(h + f, self.norm2_gamma, self.norm2_beta)\n"
+)
+PRE_LN = (
     "        a = self.layer_norm(x, self.norm1_gamma, self.norm1_beta)\n"
     "        attn, weights = self.attention(a, padding_mask)\n"
-    "        h = x + attn  # the residual stream itself is never normalised\n"
+    "        h = x + attn\n"
     "        z = self.layer_norm(h, self.norm2_gamma, self.norm2_beta)\n"
     "        y = h + self.feed_forward(z)\n"
 )
-POST_LN_TF = (
-    "        attn, weights = self.attention(x, padding_mask)\n"
-    "        h = self.layer_norm(x + attn, self.norm1_gamma, self.norm1_beta)\n"
-    "        y = self.feed_forward(h)\n"
-    "        y = self.layer_norm(h + y, self.norm2_gamma, self.norm2_beta)\n"
-)
+FINAL_NORM = "y = self.layer_norm(h + f, self.norm2_gamma, self.norm2_beta)"
 TORCH_NORM = (
     "        mean = z.mean(dim=-1, keepdim=True)\n"
     "        var = z.var(dim=-1, unbiased=False, keepdim=True)\n"
@@ -45,10 +46,10 @@ RMS_NORM = (
 )
 
 ROWS = (
-    # the issue's first mistake: the 2017 paper's post-LN block; with every
-    # weight 0 it is LN(LN(x)), not the identity (the visible test says so)
-    (A, "bug1", "tf", [(PRE_LN_TF, POST_LN_TF)], everything("tf"), "post-ln"),
-    # torch.var is unbiased by default
+    # the chapter's own block, written where the exercise asks for post-LN:
+    # its output is not normalised (the visible test says so)
+    (A, "bug1", "tf", [(POST_LN, PRE_LN)], everything("tf"), "pre-ln"),
+    # torch.var is unbiased by default: each token's variance is 7/8
     (
         A,
         "bug1",
@@ -59,29 +60,36 @@ ROWS = (
                 "z.var(dim=-1, keepdim=True)",
             )
         ],
-        hidden("torch"),
+        everything("torch"),
         "unbiased-variance",
     ),
-    # keras.layers.LayerNormalization's default epsilon
+    # keras.layers.LayerNormalization's default epsilon: LN(LN(x)) drifts
+    # from LN(x) (the visible test with the sublayers' weights 0)
     (
         A,
         "bug2",
         "tf",
         [("tf.sqrt(var + 1e-5)", "tf.sqrt(var + 1e-3)")],
-        hidden("tf"),
+        everything("tf"),
         "layer-norm-epsilon",
     ),
-    # the issue's second mistake: LN(x) + f(LN(x))
+    # the norm wrapped around each sublayer's output: x + LN(MHA(x))
     (
         A,
         "bug2",
         "torch",
         [
-            ("h = x + attn  #", "h = a + attn  #"),
-            ("y = h + self.feed_forward(z)", "y = z + self.feed_forward(z)"),
+            (
+                "h = self.layer_norm(x + attn, self.norm1_gamma, self.norm1_beta)",
+                "h = x + self.layer_norm(attn, self.norm1_gamma, self.norm1_beta)",
+            ),
+            (
+                FINAL_NORM,
+                "y = h + self.layer_norm(f, self.norm2_gamma, self.norm2_beta)",
+            ),
         ],
         everything("torch"),
-        "residual-after-norm",
+        "norm-on-branch",
     ),
     # statistics over dim 1, the positions: the padding leaks into real tokens
     (
@@ -101,11 +109,12 @@ ROWS = (
         everything("tf"),
         "layer-norm-axis",
     ),
+    # with the sublayers' weights 0 the block returns LN(0) = 0, not LN(x)
     (
         A,
         "bug3",
         "torch",
-        [("y = h + self.feed_forward(z)", "y = self.feed_forward(z)")],
+        [("self.layer_norm(h + f,", "self.layer_norm(f,")],
         everything("torch"),
         "missing-ffn-residual",
     ),
@@ -143,12 +152,13 @@ ROWS = (
         cells("tf", "visible", "hidden-masks"),
         "inverted-mask",
     ),
+    # no centring: the outputs' mean over the features is not 0 (visible)
     (
         A,
         "bug5",
         "torch",
         [(TORCH_NORM, RMS_NORM)],
-        hidden("torch"),
+        everything("torch"),
         "rms-norm-instead-of-layer-norm",
     ),
     # tf.nn.gelu is exact by default: GELU where the block asks for ReLU
@@ -168,15 +178,15 @@ ROWS = (
         cells("torch", "visible", "hidden-masks"),
         "mask-zero-fill",
     ),
-    # copy-paste: norm1's gamma and beta before the feed-forward network too
+    # copy-paste: norm1's gamma and beta after the feed-forward network too
     (
         A,
         "bug7",
         "tf",
         [
             (
-                "z = self.layer_norm(h, self.norm2_gamma, self.norm2_beta)",
-                "z = self.layer_norm(h, self.norm1_gamma, self.norm1_beta)",
+                FINAL_NORM,
+                "y = self.layer_norm(h + f, self.norm1_gamma, self.norm1_beta)",
             )
         ],
         hidden("tf"),
@@ -190,11 +200,12 @@ ROWS = (
         everything("torch"),
         "softmax-axis",
     ),
+    # with the sublayers' weights 0 the block returns LN(0) = 0, not LN(x)
     (
         A,
         "bug8",
         "tf",
-        [("h = x + attn  #", "h = attn  #")],
+        [("self.layer_norm(x + attn,", "self.layer_norm(attn,")],
         everything("tf"),
         "missing-attention-residual",
     ),
@@ -218,13 +229,14 @@ ROWS = (
         "tf",
         [
             (
-                "attn, weights = self.attention(a, padding_mask)",
-                "attn, weights = self.attention(a)",
+                "attn, weights = self.attention(x, padding_mask)",
+                "attn, weights = self.attention(x)",
             )
         ],
         cells("tf", "visible", "hidden-masks"),
         "mask-ignored",
     ),
+    # gamma 1 and beta 0 as created: only the hidden tests' weights show it
     (
         A,
         "bug9",
@@ -253,13 +265,30 @@ ROWS = (
         "torch",
         [
             (
-                "        y = h + self.feed_forward(z)\n",
-                "        y = h + self.feed_forward(z)\n"
+                f"        {FINAL_NORM}\n",
+                f"        {FINAL_NORM}\n"
                 "        if padding_mask is not None:\n"
                 "            y = y * padding_mask[:, :, None]\n",
             )
         ],
         cells("torch", "hidden-masks"),
         "padding-outputs-zeroed",
+    ),
+    # the second norm left out: y = h + FFN(h) is not normalised (visible)
+    (
+        A,
+        "bug11",
+        "tf",
+        [(FINAL_NORM, "y = h + f")],
+        everything("tf"),
+        "missing-second-norm",
+    ),
+    (
+        A,
+        "bug11",
+        "torch",
+        [(POST_LN, PRE_LN)],
+        everything("torch"),
+        "pre-ln",
     ),
 )

@@ -1,4 +1,4 @@
-"""Kernel side of ``transformer-block``: the student's pre-LN encoder block.
+"""Kernel side of ``transformer-block``: the student's post-LN encoder block.
 
 Also the Part 3 runners' shared guard, ``real_results``: a result that is not
 made of real numbers (a complex tensor) is the student's error here, named
