@@ -143,7 +143,7 @@ def test_a_complex_result_is_a_named_mistake_not_a_forged_result(
 
 def test_real_parts_of_a_complex_rope_pass():
     """The honest complex-product RoPE (real and imaginary parts as the
-    halves) is not refused."""
+    neighbours of each pair) is not refused."""
     ns = namespace(
         "positions",
         """
@@ -157,9 +157,9 @@ def apply_rope_torch(x, positions=None):
         torch.arange(h).double() / h)
     if theta.dim() == 3 and x.dim() == 4:
         theta = theta[:, None]
-    z = torch.complex(x[..., :h].double(), x[..., h:].double())
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double())
     z = z * torch.polar(torch.ones_like(theta), theta)
-    return torch.cat([z.real, z.imag], dim=-1)
+    return torch.stack([z.real, z.imag], dim=-1).flatten(-2)
 """,
     )
     for check in positions.CHECKS:
