@@ -54,7 +54,11 @@ def namespace(assignment: str, extra: str = "") -> dict:
     import tensorflow as tf
 
     ns = {"__name__": "__main__", "tf": tf, "torch": torch, "np": np}
-    exec("import math\nimport keras\nfrom torch import nn\n", ns)
+    exec(
+        "import math\nimport keras\nfrom torch import nn\n"
+        "from attncourse import tf as atf\nfrom attncourse import torch as atorch\n",
+        ns,
+    )
     for part in ("tf", "torch"):
         exec(student_solutions(assignment, "reference")[f"{part}-solution"], ns)
     exec(extra, ns)
@@ -118,10 +122,10 @@ def gqa_step_torch(*args):
     out, k, v = _honest(*args)
     return out, k.to(torch.complex64), v
 """,
-    ("tiny-transformer", "previous_token", "torch"): """
-_honest = previous_token_score_torch
-def previous_token_score_torch(weights):
-    return _honest(weights).to(torch.complex64)
+    ("tiny-transformer", "duplicate", "torch"): """
+_honest = duplicate_token_score_torch
+def duplicate_token_score_torch(weights, tokens):
+    return _honest(weights, tokens).to(torch.complex64)
 """,
     ("transformer-block", "forward", "torch"): """
 class TransformerBlockTorch(TransformerBlockTorch):
