@@ -1,19 +1,28 @@
-"""Assignment ``positions``: rotary position embeddings (RoPE) and RoPE scores.
+"""Assignment ``positions``: interleaved rotary position embeddings (RoPE).
+
+The chapter teaches (and the course library implements) the "halves" pairing
+of GPT-NeoX / Hugging Face; the exercise asks for the other layout, the
+interleaved pairing of the RoFormer paper, GPT-J and Meta's original LLaMA
+code, which the page motivates but never shows.
 
 * apply_rope_*(x, positions=None): x (batch, n, head_dim) or (batch, heads, n,
   head_dim), positions int (n,) (shared by the batch), (batch, n) (a row per
-  batch element, shared by the heads) or None (0, 1, ..., n-1). The "halves"
-  pairing of GPT-NeoX / Hugging Face / Keras-Hub: feature i pairs with feature
-  i + head_dim/2 and turns by theta_i = position * 10000^(-2i/head_dim),
+  batch element, shared by the heads) or None (0, 1, ..., n-1). Feature 2i
+  pairs with feature 2i + 1 and turns by theta_i = position *
+  10000^(-2i/head_dim), i = 0, ..., head_dim/2 - 1,
 
-      out[i]          = x[i] cos theta_i - x[i + h] sin theta_i
-      out[i + h]      = x[i + h] cos theta_i + x[i] sin theta_i     (h = head_dim/2)
+      out[2i]     = x[2i] cos theta_i - x[2i + 1] sin theta_i
+      out[2i + 1] = x[2i + 1] cos theta_i + x[2i] sin theta_i
 
   an odd head_dim raises ValueError.
 * rope_scores_*(queries, keys, q_positions, k_positions): queries (batch,
   heads, n_q, head_dim), keys (batch, heads, n_k, head_dim) -> scores (batch,
   heads, n_q, n_k) = rope(q) . rope(k) / sqrt(head_dim); the queries may sit
   at later positions than the keys' first (cached decoding).
+
+The two layouts differ by a fixed permutation of the features (feature i of
+the halves at slot 2i, feature i + head_dim/2 at slot 2i + 1): ``crosscheck``
+verifies the reference against the library's halves RoPE through it.
 
 Checks: ``rope`` (no positions, an offset, a position row per batch element,
 ranks 3 and 4, and the ValueError), ``scores`` (cached decoding, batched
@@ -117,7 +126,7 @@ def rope(
     x,
     positions,
     *,
-    layout="halves",
+    layout="interleaved",
     sign=1.0,
     exponent=2.0,
     base=BASE,
@@ -125,10 +134,12 @@ def rope(
     swap=False,
     heads_axis=False,
 ):
-    """RoPE in float64 and its wrong variants. ``layout``: halves (i with
-    i + h), interleaved (2i with 2i + 1), mixed (halves pairing, but each
-    frequency repeated for two neighbouring features); ``sign`` -1: turns by
-    -theta; ``exponent`` 1: base^(-i/d); ``invert``: base^(+2i/d);
+    """RoPE in float64 and its wrong variants. ``layout``: interleaved (2i
+    with 2i + 1, the reference), halves (i with i + h, the chapter's layout),
+    mixed (neighbouring pairs, but the angles laid out as the halves'
+    concat(theta, theta): feature j turns by theta_{j mod h}), unwoven
+    (neighbouring pairs, the results written as two halves); ``sign`` -1:
+    turns by -theta; ``exponent`` 1: base^(-i/d); ``invert``: base^(+2i/d);
     ``swap``: cos and sin exchanged; ``heads_axis``: (batch, n) positions
     broadcast onto the heads axis of a rank-4 x."""
     x = np.asarray(x, dtype=np.float64)
@@ -143,17 +154,24 @@ def rope(
     cos, sin = np.cos(angle), sign * np.sin(angle)
     if swap:
         cos, sin = sin, cos
-    if layout == "interleaved":
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out = np.empty(np.broadcast_shapes(x.shape, cos.shape[:-1] + (d,)))
-        out[..., 0::2] = x1 * cos - x2 * sin
-        out[..., 1::2] = x2 * cos + x1 * sin
-        return out
-    x1, x2 = x[..., :h], x[..., h:]
+    shape = np.broadcast_shapes(x.shape, cos.shape[:-1] + (d,))
+    if layout == "halves":
+        x1, x2 = x[..., :h], x[..., h:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
     if layout == "mixed":
-        cos_d, sin_d = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
-        return x * cos_d + np.concatenate([-x2, x1], axis=-1) * sin_d
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        cos_d = np.concatenate([cos, cos], axis=-1)  # feature j: theta_{j mod h}
+        sin_d = np.concatenate([sin, sin], axis=-1)
+        out = np.empty(shape)
+        out[..., 0::2] = x1 * cos_d[..., 0::2] - x2 * sin_d[..., 0::2]
+        out[..., 1::2] = x2 * cos_d[..., 1::2] + x1 * sin_d[..., 1::2]
+        return out
+    first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    if layout == "unwoven":
+        return np.concatenate(np.broadcast_arrays(first, second), axis=-1)
+    out = np.empty(shape)
+    out[..., 0::2], out[..., 1::2] = first, second
+    return out
 
 
 def _rope_case(i, start=0, ignore_positions=False, **kw):
@@ -232,25 +250,26 @@ def expected(case: str, inputs: dict) -> dict:
 # ----------------------------------------------------------------- mistakes
 # (tag, hint, rope keyword arguments): what a wrong apply_rope computes; each
 # is named in the rope check and, through the scores, in the other two.
-HALVES = (
-    "pair feature i with feature i + head_dim/2 (x1 = x[..., :h], x2 = "
-    "x[..., h:], h = head_dim/2)"
+NEIGHBOURS = (
+    "pair feature 2i with feature 2i + 1 (x1 = x[..., 0::2], x2 = x[..., 1::2]) "
+    "and write the turned pair back to slots 2i and 2i + 1"
 )
 ROTATION_MISTAKES = (
-    # RoFormer's (2i, 2i+1) pairs vs GPT-NeoX's halves: huggingface/
-    # transformers#25199, meta-llama/llama#1146 (the permuted checkpoints)
+    # the chapter's (and GPT-NeoX's) halves instead of the RoFormer / GPT-J /
+    # LLaMA pairs: huggingface/transformers#25199, meta-llama/llama#1146
     (
-        "interleaved-pairs",
-        "features are rotated in neighbouring pairs (0, 1), (2, 3), ... (the "
-        f"RoFormer paper's layout); this exercise uses the halves layout: {HALVES}.",
-        {"layout": "interleaved"},
+        "halves-pairs",
+        "features are rotated in the pairs (i, i + head_dim/2), the halves "
+        "layout the chapter shows; this exercise uses the interleaved layout: "
+        f"{NEIGHBOURS}.",
+        {"layout": "halves"},
     ),
-    # rotate_half written as cat(x2, -x1): huggingface/transformers#26369
+    # rotate_every_two written as (x2, -x1): the pairs turn by -theta
     (
         "rotation-sign",
         "the pairs turn the wrong way (by -theta, a sign of sin flipped); "
-        "turn by +theta: out[i] = x[i] cos - x[i + h] sin and out[i + h] = "
-        "x[i + h] cos + x[i] sin, i.e. rotate_half(x) = concat(-x2, x1).",
+        "turn by +theta: out[2i] = x[2i] cos - x[2i + 1] sin and out[2i + 1] "
+        "= x[2i + 1] cos + x[2i] sin.",
         {"sign": -1.0},
     ),
     (
@@ -287,16 +306,29 @@ ROTATION_MISTAKES = (
         "uses base 10000: theta_i = position * 10000^(-2i/head_dim).",
         {"base": 5e5},
     ),
-    # GPT-J (interleaved) frequencies with NeoX's rotate_half: huggingface/
-    # transformers#25199 discussion, EleutherAI/gpt-neox#241
+    # the halves' angle layout concat(theta, theta) kept for neighbouring
+    # pairs (GPT-NeoX's cos/sin cache with GPT-J's rotation): EleutherAI/
+    # gpt-neox#241
     (
         "mixed-layout",
-        "the pairs are the halves, but the frequencies are repeated for "
-        "neighbouring features (repeat_interleave): features i and i + h need "
-        "the SAME angle theta_i, so build cos/sin of shape (..., h) and use "
-        "them on both halves (or concatenate them with themselves).",
+        "the pairs are neighbours, but the angles are laid out as for the "
+        "halves (concat(theta, theta): feature j turns by theta_{j mod "
+        "head_dim/2}); features 2i and 2i + 1 need the SAME angle theta_i: "
+        "use cos/sin of shape (..., head_dim/2) on x[..., 0::2] and x[..., "
+        "1::2] (or repeat each angle twice, repeat_interleave).",
         {"layout": "mixed"},
     ),
+)
+# the pairs turned right, written back as halves: a permutation of the
+# features that the scores cannot see (q and k permuted alike), so only the
+# rope check names it
+UNWOVEN = (
+    "pairs-not-interleaved-back",
+    "the pairs (2i, 2i + 1) are turned right, but the results are written as "
+    "two halves (concat(first, second)) instead of back to slots 2i and "
+    "2i + 1; interleave them again (stack on a new last axis, then reshape "
+    "to head_dim).",
+    {"layout": "unwoven"},
 )
 HEADS_AXIS = (
     "heads-axis",
@@ -316,7 +348,7 @@ def _variant(tag, hint, compute, cases=None):
 ROPE_VARIANTS = (
     *(
         _variant(tag, hint, lambda i, kw=kw: _rope_case(i, **kw))
-        for tag, hint, kw in ROTATION_MISTAKES
+        for tag, hint, kw in (*ROTATION_MISTAKES, UNWOVEN)
     ),
     _variant(
         HEADS_AXIS[0],
@@ -428,9 +460,10 @@ def _score_variants(gradients: bool) -> tuple:
 
 
 ROPE_REMINDER = (
-    "h = head_dim/2, theta_i = position * 10000^(-2i/head_dim) for i < h, "
-    "out[..., :h] = x1 cos - x2 sin, out[..., h:] = x2 cos + x1 sin with x1 = "
-    "x[..., :h], x2 = x[..., h:]; positions (n,) or (batch, n), default 0..n-1."
+    "theta_i = position * 10000^(-2i/head_dim) for i < head_dim/2, "
+    "out[..., 0::2] = x1 cos - x2 sin, out[..., 1::2] = x2 cos + x1 sin with "
+    "x1 = x[..., 0::2], x2 = x[..., 1::2]; positions (n,) or (batch, n), "
+    "default 0..n-1."
 )
 SCORES_REMINDER = (
     "scores = apply_rope(queries, q_positions) @ apply_rope(keys, "
@@ -490,21 +523,38 @@ CHECKS = {
 
 # ----------------------------------------------------------------- crosscheck
 def _complex_rope(x, positions):
-    """RoPE as a complex product, written apart from ``rope``: the halves
-    (x1, x2) are z = x1 + i x2, and z e^{i theta} is the turned pair."""
+    """Interleaved RoPE as a complex product, written apart from ``rope``:
+    the neighbours (x[2i], x[2i + 1]) are z = x[2i] + i x[2i + 1], and
+    z e^{i theta} is the turned pair."""
     x = np.asarray(x)
     h = x.shape[-1] // 2
     theta = np.asarray(positions, float)[..., None] / BASE ** (np.arange(h) / h)
     if theta.ndim == 3 and x.ndim == 4:
         theta = theta[:, None]
-    z = (x[..., :h] + 1j * x[..., h:]) * np.exp(1j * theta)
-    return np.concatenate([z.real, z.imag], axis=-1)
+    z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * theta)
+    out = np.stack(np.broadcast_arrays(z.real, z.imag), axis=-1)
+    return out.reshape(out.shape[:-2] + (2 * h,))
+
+
+def _slots(d):
+    """perm: slot 2i holds halves feature i, slot 2i + 1 feature i + d/2, so
+    interleaved(x) = halves(x[..., inverse])[..., perm]."""
+    perm = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], 1).ravel()
+    return perm, np.argsort(perm)
+
+
+def _via_halves(rope_halves, x, positions):
+    """The interleaved RoPE from a halves RoPE and the permutation."""
+    perm, inverse = _slots(x.shape[-1])
+    return rope_halves(x[..., inverse], positions)[..., perm]
 
 
 def crosscheck(case: str, inputs: dict, exp: dict) -> None:
     """The reference agrees with RoPE written as a complex product, with the
-    course library's apply_rope (NumPy) and, for the gradients, with PyTorch
-    float64 autograd through attncourse.torch.apply_rope."""
+    course library's (halves) apply_rope (NumPy) once the features are
+    permuted -- the relation the chapter states -- and, for the gradients,
+    with PyTorch float64 autograd through attncourse.torch.apply_rope,
+    permuted alike."""
     import torch
 
     import attncourse.numpy as anp
@@ -515,22 +565,27 @@ def crosscheck(case: str, inputs: dict, exp: dict) -> None:
         given = positions if bool(inputs["has_positions"]) else None
         for got in (
             _complex_rope(inputs["x"], positions),
-            anp.apply_rope(inputs["x"], given),
+            _via_halves(anp.apply_rope, inputs["x"], given),
         ):
             np.testing.assert_allclose(got, exp["outputs"], atol=1e-12)
         return
     q, k = inputs["queries"], inputs["keys"]
     qp, kp = inputs["q_positions"], inputs["k_positions"]
     scale = math.sqrt(q.shape[-1])
-    for fn in (_complex_rope, anp.apply_rope):
+    _, inverse = _slots(q.shape[-1])
+
+    def halves(y, positions):  # no permutation back: q, k permuted alike
+        return anp.apply_rope(y[..., inverse], positions)
+
+    for fn in (_complex_rope, halves):
         got = fn(q, qp) @ np.swapaxes(fn(k, kp), -1, -2) / scale
         np.testing.assert_allclose(got, exp["scores"], atol=1e-12)
     if "grad_queries" not in exp:
         return
     tq = torch.tensor(q, requires_grad=True)
     tk = torch.tensor(k, requires_grad=True)
-    rq = atorch.apply_rope(tq, torch.tensor(qp))
-    rk = atorch.apply_rope(tk, torch.tensor(kp))
+    rq = _via_halves(atorch.apply_rope, tq, torch.tensor(qp))
+    rk = _via_halves(atorch.apply_rope, tk, torch.tensor(kp))
     scores = rq @ rk.transpose(-1, -2) / scale
     np.testing.assert_allclose(scores.detach().numpy(), exp["scores"], atol=1e-12)
     (scores * torch.tensor(inputs["upstream"])).sum().backward()

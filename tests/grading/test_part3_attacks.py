@@ -54,7 +54,11 @@ def namespace(assignment: str, extra: str = "") -> dict:
     import tensorflow as tf
 
     ns = {"__name__": "__main__", "tf": tf, "torch": torch, "np": np}
-    exec("import math\nimport keras\nfrom torch import nn\n", ns)
+    exec(
+        "import math\nimport keras\nfrom torch import nn\n"
+        "from attncourse import tf as atf\nfrom attncourse import torch as atorch\n",
+        ns,
+    )
     for part in ("tf", "torch"):
         exec(student_solutions(assignment, "reference")[f"{part}-solution"], ns)
     exec(extra, ns)
@@ -118,10 +122,10 @@ def gqa_step_torch(*args):
     out, k, v = _honest(*args)
     return out, k.to(torch.complex64), v
 """,
-    ("tiny-transformer", "previous_token", "torch"): """
-_honest = previous_token_score_torch
-def previous_token_score_torch(weights):
-    return _honest(weights).to(torch.complex64)
+    ("tiny-transformer", "duplicate", "torch"): """
+_honest = duplicate_token_score_torch
+def duplicate_token_score_torch(weights, tokens):
+    return _honest(weights, tokens).to(torch.complex64)
 """,
     ("transformer-block", "forward", "torch"): """
 class TransformerBlockTorch(TransformerBlockTorch):
@@ -143,7 +147,7 @@ def test_a_complex_result_is_a_named_mistake_not_a_forged_result(
 
 def test_real_parts_of_a_complex_rope_pass():
     """The honest complex-product RoPE (real and imaginary parts as the
-    halves) is not refused."""
+    neighbours of each pair) is not refused."""
     ns = namespace(
         "positions",
         """
@@ -157,9 +161,9 @@ def apply_rope_torch(x, positions=None):
         torch.arange(h).double() / h)
     if theta.dim() == 3 and x.dim() == 4:
         theta = theta[:, None]
-    z = torch.complex(x[..., :h].double(), x[..., h:].double())
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double())
     z = z * torch.polar(torch.ones_like(theta), theta)
-    return torch.cat([z.real, z.imag], dim=-1)
+    return torch.stack([z.real, z.imag], dim=-1).flatten(-2)
 """,
     )
     for check in positions.CHECKS:

@@ -2,7 +2,7 @@
 
 Its checks judge numbers that fresh inputs make unpredictable -- except that
 an error check has a natural constant answer ("both calls raise"), and
-find_heads a small one (two head indices). These tests draw per-student
+find_heads a small one (three head indices). These tests draw per-student
 inputs as grading does and check that neither can be guessed, that the
 planted heads win by a wide margin (no tie decides an honest answer), and
 that the reference equals the definitions written as loops on every draw.
@@ -48,7 +48,8 @@ def test_planted_heads_are_drawn_and_win_clearly():
             inputs = data.inputs(case)
             heads[case, tuple(data.expected(case)["heads"])] += 1
             for scores in (
-                task._previous(inputs)["scores"],
+                task._score(inputs, task._previous_coef(inputs["weights"])),
+                task._duplicate(inputs)["scores"],
                 task._induction(inputs)["scores"],
             ):
                 top = np.sort(scores)
@@ -61,7 +62,7 @@ def test_planted_heads_are_drawn_and_win_clearly():
 @pytest.mark.parametrize("k", range(0, 24, 4))
 def test_reference_is_the_definition_on_fresh_draws(k):
     data = cases(DRAWS[k])
-    for case in (*task.RUNS["previous_token"].cases, *task.RUNS["induction"].cases):
+    for case in (*task.RUNS["duplicate"].cases, *task.RUNS["induction"].cases):
         inputs = data.inputs(case)
         np.testing.assert_allclose(
             data.expected(case)["scores"],
@@ -70,11 +71,12 @@ def test_reference_is_the_definition_on_fresh_draws(k):
         )
 
 
-def test_induction_cases_hold_what_the_definition_is_about():
+@pytest.mark.parametrize("case", ["copies", "repeats"])
+def test_copy_cases_hold_what_the_definitions_are_about(case):
     """Every draw has tokens that repeat more than once, queries without an
     earlier copy, an adjacent repeat, and sequences with different counts."""
     for a in DRAWS:
-        t = cases(a).inputs("repeats")["tokens"]
+        t = cases(a).inputs(case)["tokens"]
         earlier = task._earlier(t)
         copies = earlier.sum(axis=-1)
         assert (copies >= 2).any() and (copies == 0).any()

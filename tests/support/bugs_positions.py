@@ -19,23 +19,22 @@ TF_HIDDEN = cells("tf", *HIDDEN)
 TORCH_HIDDEN = cells("torch", *HIDDEN)
 
 ROWS = [
-    # RoFormer's neighbouring pairs (2i, 2i+1) instead of the halves
+    # the chapter's halves (i, i + head_dim/2) instead of neighbouring pairs
     (
         A,
         "bug1",
         "tf",
         [
-            ("x[..., :half], x[..., half:]", "x[..., 0::2], x[..., 1::2]"),
+            ("x[..., 0::2], x[..., 1::2]", "x[..., :half], x[..., half:]"),
             (
-                "return tf.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)",
-                "out = tf.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)\n"
-                "    return tf.reshape(out, tf.shape(x))",
+                "return tf.reshape(pairs, tf.shape(x))",
+                "return tf.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)",
             ),
         ],
         TF_ALL,
-        "interleaved-pairs",
+        "halves-pairs",
     ),
-    # rotate_half as concat(x2, -x1): the pairs turn by -theta
+    # the rotation written with the wrong sign: the pairs turn by -theta
     (
         A,
         "bug1",
@@ -50,7 +49,7 @@ ROWS = [
         "rotation-sign",
     ),
     # arange(half) / head_dim: the exponent i/d instead of 2i/d (the visible
-    # test's head_dim-2 pair has only i = 0 and passes)
+    # test's head_dim-4 pair 1 turns too fast)
     (
         A,
         "bug2",
@@ -61,7 +60,7 @@ ROWS = [
                 "tf.range(half, dtype=x.dtype) / head_dim",
             )
         ],
-        TF_HIDDEN,
+        TF_ALL,
         "frequency-exponent",
     ),
     # the default positions start at 1: only the call without positions is off
@@ -105,8 +104,8 @@ ROWS = [
         cells("tf", "visible", "hidden-scores", "hidden-gradients"),
         "query-offset-ignored",
     ),
-    # no head_dim check: the halves do not match and torch raises a
-    # RuntimeError (not the ValueError asked for)
+    # no head_dim check: the even and odd features do not match and torch
+    # raises a RuntimeError (not the ValueError asked for)
     (
         A,
         "bug4",
@@ -150,27 +149,33 @@ ROWS = [
         TORCH_ALL,
         "cos-sin-swapped",
     ),
-    # an extra zero in the base
+    # an extra zero in the base (the visible test's pair 1 turns too slowly)
     (
         A,
         "bug6",
         "tf",
         [("freqs = 10000.0 **", "freqs = 100000.0 **")],
-        TF_HIDDEN,
+        TF_ALL,
         "base-100000",
     ),
-    # GPT-J's repeated frequencies with NeoX's rotate_half
+    # the halves' angle layout concat(theta, theta) with neighbouring pairs:
+    # pair i turns by two different angles (head_dim 2 has one and passes)
     (
         A,
         "bug6",
         "torch",
         [
             (
-                "return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)",
-                "cos = cos.repeat_interleave(2, dim=-1)\n"
-                "    sin = sin.repeat_interleave(2, dim=-1)\n"
-                "    return x * cos + torch.cat([-x2, x1], dim=-1) * sin",
-            )
+                "    pairs = torch.stack(",
+                "    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)\n"
+                "    cos, sin = (cos[..., 0::2], cos[..., 1::2]), "
+                "(sin[..., 0::2], sin[..., 1::2])\n"
+                "    pairs = torch.stack(",
+            ),
+            (
+                "[x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1",
+                "[x1 * cos[0] - x2 * sin[0], x2 * cos[1] + x1 * sin[1]], dim=-1",
+            ),
         ],
         TORCH_ALL,
         "mixed-layout",
@@ -196,6 +201,21 @@ ROWS = [
         [(" / math.sqrt(queries.shape[-1])", "")],
         cells("torch", "hidden-scores", "hidden-gradients"),
         "missing-scale",
+    ),
+    # the pairs turned right but written back as halves: the scores cannot
+    # tell (queries and keys permuted alike), the rotated vectors can
+    (
+        A,
+        "bug8",
+        "tf",
+        [
+            (
+                "return tf.reshape(pairs, tf.shape(x))",
+                "return tf.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)",
+            )
+        ],
+        cells("tf", "visible", "hidden-rope"),
+        "pairs-not-interleaved-back",
     ),
     # the rotation done in NumPy: right numbers, no gradient
     (

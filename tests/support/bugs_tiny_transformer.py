@@ -2,22 +2,31 @@
 is B(assignment, student, part, edits, lost[, tag[, says]]) as a tuple."""
 
 A = "tiny-transformer"
-TF_PREV = "below = tf.linalg.diag_part(weights[:, :, 1:, :-1])"
+TF_DUP_TOTAL = "total = tf.reduce_sum(copies * weights, axis=[0, 2, 3])"
+TF_DUP_COPIES = "copies = tf.cast(earlier[:, None], weights.dtype)  # (batch, 1, i, j)"
 TORCH_TOTAL = "total = (after * weights[..., 1:]).sum(dim=(0, 2, 3))"
+TORCH_DUP_TOTAL = "total = (copies * weights).sum(dim=(0, 2, 3))"
+TORCH_DUP_COPIES = "copies = earlier[:, None].to(weights.dtype)  # (batch, 1, i, j)"
 
 ROWS = [
-    # the key after the query (i -> i + 1); the planted head scores 0, so
-    # find_heads names another head too
+    # the duplicate-token score reads the key after the copy (the induction
+    # score): find_heads then names the induction head twice
     (
         A,
         "bug1",
         "tf",
-        [(TF_PREV, "below = tf.linalg.diag_part(weights[:, :, :-1, 1:])")],
-        ["tf-visible", "tf-hidden-previous", "tf-hidden-heads"],
-        "next-token",
+        [
+            (
+                TF_DUP_TOTAL,
+                "total = tf.reduce_sum(copies[..., :-1] * weights[..., 1:], "
+                "axis=[0, 2, 3])",
+            )
+        ],
+        ["tf-visible", "tf-hidden-duplicate", "tf-hidden-heads"],
+        "key-after-copy",
     ),
-    # the earlier copy itself (j) instead of the token after it (j + 1):
-    # find_heads then names the duplicate-token head
+    # the induction score reads the earlier copy itself (j) instead of the
+    # token after it (j + 1): find_heads then names the duplicate-token head
     (
         A,
         "bug1",
@@ -46,19 +55,19 @@ ROWS = [
         ["tf-visible", "tf-hidden-induction"],
         "mean-over-all-queries",
     ),
-    # query 0 counted: divided by n instead of n - 1
+    # the duplicate-token and induction heads returned in the wrong order
     (
         A,
         "bug2",
         "torch",
         [
             (
-                "return below.mean(dim=(0, 2))",
-                "return below.sum(dim=(0, 2)) / (weights.shape[0] * n)",
+                "return int(previous), int(duplicate), int(induction)",
+                "return int(previous), int(induction), int(duplicate)",
             )
         ],
-        ["torch-visible", "torch-hidden-previous"],
-        "query-0-counted",
+        ["torch-visible", "torch-hidden-heads"],
+        "heads-swapped",
     ),
     # j <= i: every token matches itself (so Q is never empty: no ValueError)
     (
@@ -67,8 +76,9 @@ ROWS = [
         "tf",
         [
             (
-                "before = tf.range(n)[None, :] < tf.range(n)[:, None]",
-                "before = tf.range(n)[None, :] <= tf.range(n)[:, None]",
+                "earlier = tf.logical_and(same, before)",
+                "earlier = tf.logical_and(same, tf.range(n)[None, :] <= "
+                "tf.range(n)[:, None])",
             )
         ],
         ["tf-visible", "tf-hidden-induction", "tf-hidden-errors"],
@@ -81,71 +91,43 @@ ROWS = [
         "torch",
         [
             (
-                "return below.mean(dim=(0, 2))",
-                "return torch.tensor(below.detach().numpy().mean(axis=(0, 2)))",
+                TORCH_DUP_TOTAL,
+                "total = torch.tensor((copies * weights).sum(dim=(0, 2, 3))"
+                ".detach().numpy())",
             )
         ],
-        ["torch-hidden-previous"],
+        ["torch-hidden-duplicate"],
         "no-gradient",
     ),
-    # no check for n < 2: the mean over no queries is NaN
+    # no check for an empty Q: the mean over no queries is NaN
     (
         A,
         "bug4",
         "tf",
-        [("    if n < 2:\n", "    if n < 1:\n")],
+        [("    if not tf.reduce_any(repeated):\n", "    if False:\n")],
         ["tf-visible", "tf-hidden-errors"],
-        "no-error-short-maps",
-    ),
-    (
-        A,
-        "bug4",
-        "torch",
-        [
-            (
-                "return int(previous), int(induction)",
-                "return int(induction), int(previous)",
-            )
-        ],
-        ["torch-visible", "torch-hidden-heads"],
-        "heads-swapped",
+        "no-error-duplicate",
     ),
     # only the first earlier copy: the visible example repeats each token
     # once, so only the hidden tests see it
     (
         A,
-        "bug5",
-        "tf",
-        [
-            (
-                "earlier = tf.logical_and(same, before)\n",
-                "earlier = tf.logical_and(same, before)\n"
-                "    first = tf.cumsum(tf.cast(earlier, tf.int32), axis=-1) == 1\n"
-                "    earlier = tf.logical_and(earlier, first)\n",
-            )
-        ],
-        ["tf-hidden-induction"],
-        "first-copy-only",
-    ),
-    # each sequence averaged on its own: the visible example has one sequence
-    (
-        A,
-        "bug5",
+        "bug4",
         "torch",
         [
             (
-                "return total / count",
-                "per = (after * weights[..., 1:]).sum(dim=(2, 3))\n"
-                "    return (per / repeated.sum(dim=1)[:, None]).mean(dim=0)",
+                TORCH_DUP_COPIES,
+                "first = earlier.cumsum(dim=-1) == 1\n"
+                "    copies = (earlier & first)[:, None].to(weights.dtype)",
             )
         ],
-        ["torch-hidden-induction"],
-        "mean-of-means",
+        ["torch-hidden-duplicate"],
+        "first-copy-only",
     ),
     # another exception than ValueError
     (
         A,
-        "bug6",
+        "bug5",
         "tf",
         [
             (
@@ -154,16 +136,45 @@ ROWS = [
             )
         ],
         ["tf-visible", "tf-hidden-errors"],
-        "wrong-exception-without-repeats",
+        "wrong-exception-induction",
     ),
-    # the query and key axes swapped
+    (
+        A,
+        "bug5",
+        "torch",
+        [
+            (
+                'raise ValueError(\n            f"no token repeats',
+                'raise RuntimeError(\n            f"no token repeats',
+            )
+        ],
+        ["torch-visible", "torch-hidden-errors"],
+        "wrong-exception-duplicate",
+    ),
+    # a query's copies averaged, not summed: the visible example has one copy
+    # per query
+    (
+        A,
+        "bug6",
+        "tf",
+        [
+            (
+                TF_DUP_COPIES,
+                TF_DUP_COPIES + "\n    copies = copies / tf.maximum("
+                "tf.reduce_sum(copies, -1, keepdims=True), 1.0)",
+            )
+        ],
+        ["tf-hidden-duplicate"],
+        "copies-averaged",
+    ),
+    # every query in the denominator of the duplicate-token score
     (
         A,
         "bug6",
         "torch",
-        [(TORCH_TOTAL, TORCH_TOTAL.replace("weights[", "weights.transpose(-1, -2)["))],
-        ["torch-visible", "torch-hidden-induction", "torch-hidden-heads"],
-        "transposed-maps",
+        [("return total / repeated.sum()", "return total / repeated.numel()")],
+        ["torch-visible", "torch-hidden-duplicate"],
+        "mean-over-all-queries",
     ),
     # both functions raise ValueError for everything: no point for the errors
     # check, whose inputs mix calls that must raise with calls that must not
@@ -172,12 +183,12 @@ ROWS = [
         "bug7",
         "tf",
         [
-            ("    if n < 2:\n", "    if True:\n"),
+            ("    if not tf.reduce_any(repeated):\n", "    if True:\n"),
             ("    if count == 0:\n", "    if True:\n"),
         ],
         [
             "tf-visible",
-            "tf-hidden-previous",
+            "tf-hidden-duplicate",
             "tf-hidden-induction",
             "tf-hidden-heads",
             "tf-hidden-errors",

@@ -1,7 +1,7 @@
 """Kernel side of ``tiny-transformer``: the student's head scores.
 
 Only calls the student's functions on the case's inputs and returns what they
-give: the scores (and their gradient w.r.t. the maps), the two head indices,
+give: the scores (and their gradient w.r.t. the maps), the three head indices,
 and for the error cases whether a ValueError was raised (an outcome code).
 The outcome codes are bound into ``outcome`` when it is defined (a default
 argument, which the integrity probe watches with the function): rebinding
@@ -19,44 +19,40 @@ from grader.kernel.runners._common import (
 )
 from grader.kernel.runners.transformer_block import real_results
 
-PREVIOUS = {"tf": "previous_token_score_tf", "torch": "previous_token_score_torch"}
+DUPLICATE = {"tf": "duplicate_token_score_tf", "torch": "duplicate_token_score_torch"}
 INDUCTION = {"tf": "induction_score_tf", "torch": "induction_score_torch"}
 FIND = {"tf": "find_heads_tf", "torch": "find_heads_torch"}
-ERRORS = {fw: f"{PREVIOUS[fw]} and {INDUCTION[fw]}" for fw in ("tf", "torch")}
+ERRORS = {fw: f"{DUPLICATE[fw]} and {INDUCTION[fw]}" for fw in ("tf", "torch")}
 # outcome codes of the error cases: what the call did
 RETURNED, VALUE_ERROR, OTHER_ERROR = 0, 1, 2
 
 
-def run_previous(
-    framework: str, namespace: dict, inputs: dict, gradients: bool = True
-) -> dict:
-    name = PREVIOUS[framework]
-    fn = lookup(namespace, name)
-    t = tensors(framework, inputs, ("weights", "upstream"), variables=("weights",))
-    what = f"{name}(weights)"
+def _copy_score(names: dict):
+    """The runner of a score of (weights, tokens) with its gradient."""
 
-    def forward():
-        return call_and_unpack(what, fn, (t["weights"],), {}, ("scores",))
+    def run(
+        framework: str, namespace: dict, inputs: dict, gradients: bool = True
+    ) -> dict:
+        name = names[framework]
+        fn = lookup(namespace, name)
+        t = tensors(
+            framework, inputs, ("weights", "tokens", "upstream"), variables=("weights",)
+        )
+        what = f"{name}(weights, tokens)"
 
-    sources = {"weights": t["weights"]}
-    return with_gradients(framework, forward, sources, {"scores": t["upstream"]}, name)
+        def forward():
+            args = (t["weights"], t["tokens"])
+            return call_and_unpack(what, fn, args, {}, ("scores",))
+
+        sources = {"weights": t["weights"]}
+        upstream = {"scores": t["upstream"]}
+        return with_gradients(framework, forward, sources, upstream, name)
+
+    return run
 
 
-def run_induction(
-    framework: str, namespace: dict, inputs: dict, gradients: bool = True
-) -> dict:
-    name = INDUCTION[framework]
-    fn = lookup(namespace, name)
-    t = tensors(
-        framework, inputs, ("weights", "tokens", "upstream"), variables=("weights",)
-    )
-    what = f"{name}(weights, tokens)"
-
-    def forward():
-        return call_and_unpack(what, fn, (t["weights"], t["tokens"]), {}, ("scores",))
-
-    sources = {"weights": t["weights"]}
-    return with_gradients(framework, forward, sources, {"scores": t["upstream"]}, name)
+run_duplicate = _copy_score(DUPLICATE)
+run_induction = _copy_score(INDUCTION)
 
 
 def head_index(value, what: str):
@@ -84,7 +80,11 @@ def run_find(
     t = tensors(framework, inputs, ("weights", "tokens"))
     what = f"{name}(weights, tokens)"
     out = call_and_unpack(
-        what, fn, (t["weights"], t["tokens"]), {}, ("previous", "induction")
+        what,
+        fn,
+        (t["weights"], t["tokens"]),
+        {},
+        ("previous", "duplicate", "induction"),
     )
     heads = [head_index(out[k], f"{what}: the {k} head") for k in out]
     return {"heads": np.array(heads, dtype=np.int64)}
@@ -110,34 +110,27 @@ def run_errors(
     framework: str, namespace: dict, inputs: dict, gradients: bool = False
 ) -> dict:
     """The outcome of each call of the case, in its (drawn) order: kinds[k]
-    0 = previous_token_score(weights_k), 1 = induction_score(weights_k,
-    tokens_k)."""
+    0 = duplicate_token_score(weights_k, tokens_k), 1 =
+    induction_score(weights_k, tokens_k)."""
     import numpy as np
 
     functions = (
-        (PREVIOUS[framework], lookup(namespace, PREVIOUS[framework])),
+        (DUPLICATE[framework], lookup(namespace, DUPLICATE[framework])),
         (INDUCTION[framework], lookup(namespace, INDUCTION[framework])),
     )
     outcomes = []
     for k, kind in enumerate(np.asarray(inputs["kinds"]).tolist()):
         name, fn = functions[kind]
-        if kind == 0:
-            args = (tensors(framework, inputs, (f"weights_{k}",))[f"weights_{k}"],)
-            what = f"{name}(weights)"
-        else:
-            t = tensors(framework, inputs, (f"weights_{k}", f"tokens_{k}"))
-            args = (t[f"weights_{k}"], t[f"tokens_{k}"])
-            what = f"{name}(weights, tokens)"
-        outcomes.append(outcome(what, fn, args))
+        t = tensors(framework, inputs, (f"weights_{k}", f"tokens_{k}"))
+        args = (t[f"weights_{k}"], t[f"tokens_{k}"])
+        outcomes.append(outcome(f"{name}(weights, tokens)", fn, args))
     return {"outcomes": np.array(outcomes, dtype=np.int64)}
 
 
 RUNS = {
-    # full maps first: on causal maps the key i + 1 has weight 0, so a score
-    # of zeros (nothing computed) would look like the next-token mistake
-    "previous_token": Run(
-        real_results(run_previous, PREVIOUS),
-        cases=("full", "causal", "two"),
+    "duplicate": Run(
+        real_results(run_duplicate, DUPLICATE),
+        cases=("copies", "copies_mixed"),
         gradients=True,
     ),
     "induction": Run(
