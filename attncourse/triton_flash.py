@@ -27,25 +27,84 @@ num_queries == num_keys both agree. Key blocks entirely above the diagonal
 are never loaded; a query row that sees no key gets output 0 and logsumexp
 -inf (as in the library's ``flash_attention``).
 
-Without CUDA, importing this module sets ``TRITON_INTERPRET=1`` (unless it is
-already set) before the kernels are defined: Triton's interpreter then runs
-them on CPU tensors with NumPy, slowly but with the same arithmetic. With
-CUDA the same kernels are compiled. Triton is distributed for Linux only
-(x86_64 here); elsewhere this module cannot be imported.
+Without a CUDA device, importing this module sets ``TRITON_INTERPRET=1``
+(unless the variable is set already): Triton's interpreter then runs the
+kernels on CPU tensors with NumPy, slowly but with the same arithmetic. With
+a device the same kernels are compiled. The variable must be set before
+Triton is first imported (its own helpers, ``tl.zeros``, ``tl.sum``, are
+defined then) and ``import torch`` imports Triton, so the device is found
+through the CUDA driver (``libcuda``), not torch; if Triton came first
+anyway, its helpers are rebuilt for the interpreter
+(``_interpret_triton_helpers``).
+Import it before TensorFlow too: both bundle LLVM, and Triton imported after
+TensorFlow aborts the process. Triton is pinned for Linux x86_64 only.
 """
 
+import ctypes
 import math
 import os
 
-import torch
 
-if not torch.cuda.is_available():  # must precede the @triton.jit definitions
+def _cuda_device() -> bool:
+    """Whether the CUDA driver sees a device (without importing torch)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    return count.value > 0
+
+
+if not _cuda_device():  # before torch, which imports triton
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
 
 from attncourse import checks  # noqa: E402
+
+
+def interpreted() -> bool:
+    """True when the kernels run in Triton's CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _interpret_triton_helpers() -> int:
+    """Rebuild Triton's own @jit helpers (tl.zeros, tl.sum, tl.max, ...) for
+    the interpreter; returns how many were rebuilt.
+
+    They are built when Triton is first imported. If that happened before
+    TRITON_INTERPRET=1 was set (``import torch`` imports Triton; so can a
+    site hook), they are compiler functions that refuse to run on the CPU.
+    Each is replaced, in every module of triton.language that names it, by
+    an interpreted function over the same Python source.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+
+    modules = [tl, tl.core, tl.standard, tl.math, tl.random]
+    new = {}  # id(compiler function) -> interpreted function
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, JITFunction) and id(value) not in new:
+                new[id(value)] = InterpretedFunction(value.fn)
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if id(value) in new:
+                setattr(module, name, new[id(value)])
+    return len(new)
+
+
+if interpreted() and isinstance(tl.zeros, JITFunction):
+    _interpret_triton_helpers()
+if not interpreted() and not torch.cuda.is_available():
+    raise ImportError(
+        "a CUDA driver is present but this torch cannot use it: set "
+        "TRITON_INTERPRET=1 to run the kernels on the CPU"
+    )
 
 __all__ = [
     "FlashAttentionTriton",
@@ -55,11 +114,6 @@ __all__ = [
 ]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def interpreted() -> bool:
-    """True when the kernels run in Triton's CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit
