@@ -6,13 +6,13 @@ the grid is (query blocks, batch * heads). The loop over key blocks, a
 Python loop launching many small kernels in the PyTorch version, runs
 inside that program, so the scores of a tile live only in on-chip memory.
 
-* ``_forward_kernel``: online softmax over key blocks; writes outputs and
+* ``forward_kernel``: online softmax over key blocks; writes outputs and
   logsumexp (float32). Inputs may be float32, float16 or bfloat16: both
   ``tl.dot`` products accumulate in float32, and so do the running max,
   running sum and output accumulator.
-* Backward (FlashAttention-2): ``_delta_kernel`` computes D = rowsum(dO * O);
-  ``_dkdv_kernel`` runs one program per *key* block and sums dK, dV over the
-  query blocks; ``_dq_kernel`` runs one program per *query* block and sums dQ
+* Backward (FlashAttention-2): ``delta_kernel`` computes D = rowsum(dO * O);
+  ``dkdv_kernel`` runs one program per *key* block and sums dK, dV over the
+  query blocks; ``dq_kernel`` runs one program per *query* block and sums dQ
   over the key blocks. Each gradient row is written by exactly one program,
   so there are no atomic adds: the result is deterministic (the summation
   order is fixed) and needs no float32 scratch buffer or extra pass. The
@@ -108,8 +108,12 @@ if not interpreted() and not torch.cuda.is_available():
 
 __all__ = [
     "FlashAttentionTriton",
+    "delta_kernel",
+    "dkdv_kernel",
+    "dq_kernel",
     "flash_attention_triton",
     "flash_attention_triton_backward",
+    "forward_kernel",
     "interpreted",
 ]
 
@@ -129,7 +133,7 @@ def _dot(a, b, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _forward_kernel(
+def forward_kernel(
     Q, K, V, O, L,  # (bh, n, d) inputs and outputs; L: (bh, n_q) float32
     n_q, n_k, d, d_v, scale, diagonal,  # diagonal: query i sees key j <= i + it
     s_qb, s_qn, s_kb, s_kn, s_vb, s_vn, s_ob, s_on,  # strides (batch*head, row)
@@ -190,7 +194,7 @@ def _forward_kernel(
 
 
 @triton.jit
-def _delta_kernel(
+def delta_kernel(
     O, DO, Delta, n_q, d_v, s_b, s_n,
     D_V: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):  # fmt: skip
@@ -206,7 +210,7 @@ def _delta_kernel(
 
 
 @triton.jit
-def _dkdv_kernel(
+def dkdv_kernel(
     Q, K, V, DO, L, Delta, DK, DV,
     n_q, n_k, d, d_v, scale, diagonal,
     s_qb, s_qn, s_kb, s_kn, s_vb, s_vn, s_ob, s_on,
@@ -273,7 +277,7 @@ def _dkdv_kernel(
 
 
 @triton.jit
-def _dq_kernel(
+def dq_kernel(
     Q, K, V, DO, L, Delta, DQ,
     n_q, n_k, d, d_v, scale, diagonal,
     s_qb, s_qn, s_kb, s_kn, s_vb, s_vn, s_ob, s_on,
@@ -401,7 +405,7 @@ def _forward(queries, keys, values, causal, block_q, block_k, scale, align):
     logsumexp = torch.empty(bh, n_q, dtype=torch.float32, device=queries.device)
     args, (d, d_v) = _launch_args(queries, keys, values, outputs, causal, scale, align)
     grid = (triton.cdiv(n_q, block_q), bh)
-    _forward_kernel[grid](
+    forward_kernel[grid](
         queries, keys, values, outputs, logsumexp, *args,
         D_QK=_pad(d), D_V=_pad(d_v), BLOCK_Q=block_q, BLOCK_K=block_k,
         CAUSAL=causal, **_dot_options(queries.dtype), num_warps=4, num_stages=2,
@@ -418,7 +422,7 @@ def _backward(queries, keys, values, outputs, logsumexp, grad_outputs, options):
     delta = torch.empty(bh, n_q, dtype=torch.float32, device=queries.device)
     args, (d, d_v) = _launch_args(queries, keys, values, outputs, causal, scale, align)
     sizes = {"D_QK": _pad(d), "D_V": _pad(d_v)}
-    _delta_kernel[(triton.cdiv(n_q, block_q), bh)](
+    delta_kernel[(triton.cdiv(n_q, block_q), bh)](
         outputs, grad_outputs, delta, n_q, d_v, *outputs.stride()[:2],
         D_V=sizes["D_V"], BLOCK_Q=block_q,
     )  # fmt: skip
@@ -426,10 +430,10 @@ def _backward(queries, keys, values, outputs, logsumexp, grad_outputs, options):
     blocks = {"BLOCK_Q": block_q, "BLOCK_K": block_k, "CAUSAL": causal}
     blocks |= _dot_options(queries.dtype)
     tensors = (queries, keys, values, grad_outputs, logsumexp, delta)
-    _dkdv_kernel[(triton.cdiv(n_k, block_k), bh)](
+    dkdv_kernel[(triton.cdiv(n_k, block_k), bh)](
         *tensors, grad_k, grad_v, *args, **sizes, **blocks
     )
-    _dq_kernel[(triton.cdiv(n_q, block_q), bh)](
+    dq_kernel[(triton.cdiv(n_q, block_q), bh)](
         *tensors, grad_q, *args, **sizes, **blocks
     )
     return grad_q, grad_k, grad_v
