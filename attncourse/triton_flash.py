@@ -141,6 +141,8 @@ def forward_kernel(
     BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
+    """One program: BLOCK_Q queries of one (batch, head) row against every
+    key block it can see; writes their outputs O and logsumexp L."""
     start_q = tl.program_id(0) * BLOCK_Q  # this program's block of queries
     bh = tl.program_id(1)  # ... of this (batch, head) row
     rows = start_q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,) query indices

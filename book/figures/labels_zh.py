@@ -296,7 +296,7 @@ LABELS: dict[str, str] = {
     "$O$, $L$  outputs": "$O$、$L$  输出",
     "$Q_i$  (BLOCK_Q, d): loaded once": "$Q_i$  (BLOCK_Q, d)：只读入一次",
     "$K_j$, $V_j$: one key block per step": "$K_j$、$V_j$：每步一个键块",
-    "$S$, $P$  (BLOCK_Q, BLOCK_K)": "$S$、$P$  (BLOCK_Q, BLOCK_K)",
+    "$S$, $P$  (BLOCK_Q, BLOCK_K)": "$S$, $P$  (BLOCK_Q, BLOCK_K)",
     r"$m$, $\ell$, $U$: float32 accumulators": r"$m$、$\ell$、$U$：float32 累加器",
     "tl.load": "tl.load",
     "tl.store, once": "tl.store，只写一次",
