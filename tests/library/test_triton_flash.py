@@ -231,3 +231,32 @@ def test_compiled_on_cuda_matches_sdpa(dtype):
     tol = 2e-4 if dtype == torch.float32 else BF16_TOL
     for x, r in zip((out, *grads), (ref, *ref_grads), strict=True):
         assert_close(x.cpu(), r.cpu(), tol * max(1.0, r.abs().max().item()), "cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+def test_triton_imported_first_still_runs_in_the_interpreter():
+    """`import torch` (or a site hook) may import Triton before the module sets
+    TRITON_INTERPRET: its jit helpers (tl.zeros, tl.sum) are then rebuilt."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import triton, torch\n"
+        "from attncourse import triton_flash as t\n"
+        "q = torch.randn(1, 20, 16)\n"
+        "out, _ = t.flash_attention_triton(q, q, q, block_q=16, block_k=16)\n"
+        "ref = torch.nn.functional.scaled_dot_product_attention(q, q, q)\n"
+        "print(t.interpreted(), float((out - ref).abs().max()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    interpreted, err = done.stdout.split()
+    assert interpreted == "True" and float(err) < 1e-5
