@@ -214,8 +214,11 @@ def run_case(method, pass_, dtype_name, causal, d, n, repeats, budget_gib):
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return row | {"status": "out of memory"}
-    except RuntimeError as error:  # e.g. no kernel for this backend and shape
-        return row | {"status": f"error: {str(error).splitlines()[0][:80]}"}
+    except Exception as error:  # noqa: BLE001 -- recorded, the run goes on
+        # e.g. no SDPA kernel for this backend and shape, or Triton's
+        # OutOfResources (shared memory) for a block size and head size
+        first = (str(error).splitlines() or [""])[0][:80]
+        return row | {"status": f"error: {type(error).__name__}: {first}"}
     tflops = flops(n, d, causal, pass_) / (median_ms * 1e-3) / 1e12
     return row | {
         "status": "ok",
