@@ -61,7 +61,16 @@ if not _cuda_device():  # before torch, which imports triton
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
-import triton  # noqa: E402
+
+try:
+    import triton
+except ImportError as error:  # not Linux x86_64, or not installed
+    raise ImportError(
+        "attncourse.triton_flash needs Triton, which the course pins for Linux "
+        "x86_64 only (PyPI has no Triton for macOS or Windows; README, "
+        "'Triton'). Read the attention-kernel chapter on the course's site, or "
+        "run it on Linux or on a machine with an NVIDIA GPU."
+    ) from error
 import triton.language as tl  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 

@@ -260,3 +260,24 @@ def test_triton_imported_first_still_runs_in_the_interpreter():
     assert done.returncode == 0, done.stderr[-2000:]
     interpreted, err = done.stdout.split()
     assert interpreted == "True" and float(err) < 1e-5
+
+
+def test_without_triton_the_import_error_says_why():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "for name in [m for m in sys.modules if m.split('.')[0] == 'triton']:\n"
+        "    del sys.modules[name]\n"
+        "sys.modules['triton'] = None  # as if it were not installed\n"
+        "import attncourse.triton_flash\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        cwd=root, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "Linux x86_64 only" in done.stderr and "macOS or Windows" in done.stderr
