@@ -12,7 +12,7 @@ export TF_ENABLE_ONEDNN_OPTS := 0
 export KERAS_BACKEND := tensorflow
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv system-deps book book-clean test test-fast durations lint serve lab bench bench-attention bench-build bench-grading bench-kv bench-fairness grade release references constraints clean
+.PHONY: help venv system-deps book book-clean test test-fast durations lint serve lab bench bench-attention bench-build bench-grading bench-kv bench-fairness bench-gpu grade release references constraints clean
 
 help:
 	@echo "make book   - create .venv if missing, build the executed book into _build/html"
@@ -28,6 +28,7 @@ help:
 	@echo "              _build/bench/ (JSON + markdown); or one: bench-attention,"
 	@echo "              bench-build, bench-grading, bench-kv (KV-cache decoding speed)"
 	@echo "make bench-fairness - honest grading time alone vs beside a CPU hog"
+	@echo "make bench-gpu - CUDA only: the Triton attention kernel vs PyTorch's kernels"
 	@echo "make grade  - instructors: generate, autograde, feedback, grades.csv for submitted/"
 	@echo "              (WORKERS=n Dask workers on this machine; default: one per core)"
 	@echo "make release     - regenerate the student release exercises/ from solutions/"
@@ -111,6 +112,15 @@ bench-grading: $(DEV_STAMP)
 bench-kv: $(DEV_STAMP)
 	mkdir -p _build/bench
 	$(BIN)/python bench/kv_cache_speed.py --out _build/bench/kv_cache_speed.json
+
+# The Triton FlashAttention-2 kernel vs SDPA's flash / memory-efficient / math
+# kernels and the library's naive and tiled versions (CUDA only: without a GPU
+# it prints why it skips and exits 0; not part of `make bench`). RECORD=1 also
+# writes bench/results/<gpu>.json, which the attention-kernel chapter reads.
+bench-gpu: $(DEV_STAMP)
+	mkdir -p _build/bench
+	$(BIN)/python bench/gpu_attention.py --out _build/bench/gpu_attention.json \
+	  $(if $(RECORD),--record)
 
 # An honest submission's grading time alone and beside a CPU hog (forkpty
 # children in their own sessions; spinners under the process cap), with and

@@ -9,8 +9,16 @@ tool markers but ``sandbox`` and ``book`` imply ``slow``, so
 
 import shutil
 
-import numpy as np
-import pytest
+# Before anything imports TensorFlow: Triton and TensorFlow both bundle LLVM,
+# and importing Triton after TensorFlow aborts the process. Without CUDA the
+# module sets TRITON_INTERPRET=1, which must precede Triton's own import.
+try:
+    import attncourse.triton_flash  # noqa: F401
+except ImportError:  # Triton is not installed (it is pinned for Linux x86_64)
+    pass
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 import attncourse  # noqa: F401  (quiet TF before it is imported)
 

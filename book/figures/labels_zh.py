@@ -280,6 +280,31 @@ LABELS: dict[str, str] = {
         "从不保存的：(nq, nk) 的权重 P；每个块都现场重建、用完即丢弃"
     ),
     "skipped tiles (j > i) are skipped here too": "跳过的块（j > i）在这里同样跳过",
+    # attention-kernel-grid (book/attention-kernel.md)
+    "One program per block of queries; the tile loop inside it": (
+        "每个查询块一个程序；分块循环在程序内部"
+    ),
+    "grid = (query blocks, batch × heads)": "网格 = (查询块, 批量 × 头)",
+    "program_id(0): query block i": "program_id(0)：查询块 i",
+    "program_id(1): batch · head row": "program_id(1)：批量 · 头 的行",
+    "all run in parallel, independent": "全部并行运行，互不依赖",
+    "GPU memory (HBM): large, slow": "显存（HBM）：大而慢",
+    "on chip (SRAM, registers): small, fast": "片上（SRAM、寄存器）：小而快",
+    "$Q$  (bh, $n_q$, d)": "$Q$  (bh, $n_q$, d)",
+    "$K$  (bh, $n_k$, d)": "$K$  (bh, $n_k$, d)",
+    "$V$  (bh, $n_k$, $d_v$)": "$V$  (bh, $n_k$, $d_v$)",
+    "$O$, $L$  outputs": "$O$、$L$  输出",
+    "$Q_i$  (BLOCK_Q, d): loaded once": "$Q_i$  (BLOCK_Q, d)：只读入一次",
+    "$K_j$, $V_j$: one key block per step": "$K_j$、$V_j$：每步一个键块",
+    "$S$, $P$  (BLOCK_Q, BLOCK_K)": "$S$, $P$  (BLOCK_Q, BLOCK_K)",
+    r"$m$, $\ell$, $U$: float32 accumulators": r"$m$、$\ell$、$U$：float32 累加器",
+    "tl.load": "tl.load",
+    "tl.store, once": "tl.store，只写一次",
+    "for j in range(0, stop, BLOCK_K):": "for j in range(0, stop, BLOCK_K):",
+    "tl.dot → tl.exp → tl.dot": "tl.dot → tl.exp → tl.dot",
+    "the n × n scores never leave the chip": "n × n 的分数从不离开芯片",
+    "program (2, 1), drawn on the right": "程序 (2, 1)，右侧画出其内部",
+    "causal: stop ends at the block's diagonal": "因果：stop 止于该块的对角线",
     # kv-cache-gqa (book/kv-cache.md)
     "Decoding with a KV cache": "用键值缓存解码",
     "one new query per step attends to every cached key": (

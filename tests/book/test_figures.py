@@ -33,6 +33,7 @@ NAMES = [
     "linear-attention-state",
     "flash-attention-tiles",
     "flash-attention-backward",
+    "attention-kernel-grid",
 ]
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK = "{http://www.w3.org/1999/xlink}"

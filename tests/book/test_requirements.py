@@ -209,3 +209,19 @@ def test_make_book_installs_the_learners_set_and_make_test_both():
     assert "pip install -r requirements.txt -c constraints.txt" in makefile
     conda = (ROOT / "environment.yml").read_text()
     assert "- -r requirements.txt" in conda and "- -c constraints.txt" in conda
+
+
+TRITON_PLATFORMS = {"linux-x86_64"}
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_triton_is_pinned_for_linux_x86_64_only(platform):
+    """attncourse.triton_flash needs Triton; PyPI has it for Linux only, and
+    the course pins it where it was tried (README)."""
+    learner = selected(parse(LEARNER), platform)
+    constraint = pins(platform)
+    if platform in TRITON_PLATFORMS:
+        assert str(learner["triton"].specifier) == "==3.9.0"
+        assert constraint["triton"] == "3.9.0"
+    else:
+        assert "triton" not in learner and "triton" not in constraint
